@@ -1,0 +1,78 @@
+"""The errors telar-checkpoint raises: one root class, split by whose fault it is.
+
+`UsageError` is the caller's mistake (a bad argument); `StoredDataError` and its
+subclasses are bad data found in a store, and always name the thread and line.
+"""
+
+from __future__ import annotations
+
+
+class TelarError(Exception):
+    """Root of every error raised by telar-checkpoint."""
+
+
+class UsageError(TelarError, ValueError):
+    """The caller asked for something that cannot be done (a bad argument or URL)."""
+
+
+class StoreError(TelarError):
+    """A store could not be reached or refused an operation; nothing was written."""
+
+
+class SerializationError(TelarError):
+    """A value could not be written as JSON, or a stored value names a type we do not load."""
+
+
+class StoredDataError(TelarError):
+    """Stored data that is not a valid history; `thread_id` and `line` say where."""
+
+    def __init__(self, message: str, *, thread_id: str | None = None, line: int | None = None) -> None:
+        where = []
+        if thread_id is not None:
+            where.append(f"thread {thread_id!r}")
+        if line is not None:
+            where.append(f"line {line}")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+        self.thread_id = thread_id
+        self.line = line
+
+
+class CorruptLineError(StoredDataError):
+    """A complete line that is not valid JSON or not a record of ours."""
+
+
+class UnknownFormatError(StoredDataError):
+    """A line whose format version this reader does not know, or that has none."""
+
+
+class ForeignDataError(StoredDataError):
+    """Data in a store's space that is not a telar-checkpoint history; it is never overwritten."""
+
+
+class CheckpointDroppedError(TelarError, LookupError):
+    """A checkpoint the thread held was dropped (replaced by a newer branch, or trimmed)."""
+
+    def __init__(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, reason: str) -> None:
+        ns = f" in namespace {checkpoint_ns!r}" if checkpoint_ns else ""
+        super().__init__(
+            f"thread {thread_id!r}: checkpoint {checkpoint_id}{ns} was {reason}; "
+            "the thread keeps only the path that led to its current state"
+            + (" and its last max_history checkpoints" if reason == "trimmed" else "")
+        )
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.reason = reason
+
+
+__all__ = [
+    "CheckpointDroppedError",
+    "CorruptLineError",
+    "ForeignDataError",
+    "SerializationError",
+    "StoreError",
+    "StoredDataError",
+    "TelarError",
+    "UnknownFormatError",
+    "UsageError",
+]

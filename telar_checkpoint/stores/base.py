@@ -1,0 +1,89 @@
+"""The store interface: strings keyed by thread id, nothing more.
+
+A store knows nothing of LangGraph or of our format. It reads, atomically
+updates, deletes and lists strings. `update` takes a pure function from the
+current value to the new one, so a store may retry it (optimistic
+concurrency) or run it under a lock; when the new value extends the old one,
+a store whose storage allows it appends the suffix instead of rewriting.
+Async methods default to running the sync ones in a worker thread, so they
+never block the event loop; server-backed stores override them natively.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+
+Change = Callable[[str | None], str | None]
+"""A pure function from the stored value (None: absent) to the new one (None: delete)."""
+
+
+class Store(ABC):
+    """A few methods on strings keyed by thread id; the rest is derived."""
+
+    #: A short name for messages and listings ("file", "sqlite", ...).
+    kind: str = "store"
+
+    @abstractmethod
+    def read(self, key: str) -> str | None:
+        """The stored string for `key`, or None when there is none."""
+
+    @abstractmethod
+    def update(self, key: str, change: Change) -> str | None:
+        """Atomically replace the value of `key` with `change(current)` and return it.
+
+        `change` may be called more than once and must be pure. An exception it
+        raises leaves the stored value as it was and propagates. Returning None
+        deletes the key.
+        """
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove `key`; nothing happens when it is absent."""
+
+    @abstractmethod
+    def keys(self) -> Iterator[str]:
+        """Every key that holds a value, in no particular order."""
+
+    def foreign(self) -> list[str]:
+        """Entries in the store's space that are not values of this store (listed apart)."""
+        return []
+
+    def write(self, key: str, value: str) -> None:
+        """Store `value` for `key`, replacing what was there."""
+        self.update(key, lambda _old: value)
+
+    def close(self) -> None:
+        """Release connections or handles; the default holds none."""
+
+    # Async twins: a worker thread by default, overridden where a native API exists.
+    async def aread(self, key: str) -> str | None:
+        return await asyncio.to_thread(self.read, key)
+
+    async def aupdate(self, key: str, change: Change) -> str | None:
+        return await asyncio.to_thread(self.update, key, change)
+
+    async def adelete(self, key: str) -> None:
+        await asyncio.to_thread(self.delete, key)
+
+    async def akeys(self) -> list[str]:
+        return await asyncio.to_thread(lambda: list(self.keys()))
+
+    async def awrite(self, key: str, value: str) -> None:
+        await self.aupdate(key, lambda _old: value)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
