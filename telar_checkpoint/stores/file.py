@@ -1,0 +1,163 @@
+"""`FileStore`: one file per thread in a directory, written atomically.
+
+Any thread id maps to a safe, reversible file name: bytes outside
+``[A-Za-z0-9_-]`` are percent-encoded (so no ``/``, ``..``, NUL or newline
+reaches the filesystem), and a name longer than a path component allows is cut
+into nested ``.d`` directories. A write that extends the file is an append
+followed by ``fsync``; any other write goes to a temporary file that is
+fsynced and renamed over the old one. Writers of one thread, in threads or in
+processes, are serialized by a lock file. Files and directories are created
+owner-only (0600 / 0700) unless `mode` says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote_to_bytes
+
+from filelock import FileLock
+
+from telar_checkpoint.errors import StoreError
+from telar_checkpoint.stores.base import Change, Store
+
+SUFFIX = ".jsonl"
+_SEGMENT = 200  # characters of an encoded name per path component
+_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+_LOCKS = ".locks"
+_TMP = ".tmp"
+
+
+def encode_name(key: str) -> str:
+    """The relative path that holds `key` (reversible with `decode_name`)."""
+    encoded = "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in key.encode("utf-8", "surrogatepass"))
+    parts = [encoded[i : i + _SEGMENT] for i in range(0, len(encoded), _SEGMENT)] or [""]
+    return "/".join([p + ".d" for p in parts[:-1]] + [parts[-1] + SUFFIX])
+
+
+def decode_name(relative: str) -> str | None:
+    """The key stored at `relative`, or None when the path is not one we would write."""
+    parts = relative.split("/")
+    if not parts[-1].endswith(SUFFIX) or not all(p.endswith(".d") for p in parts[:-1]):
+        return None
+    encoded = "".join(p[:-2] for p in parts[:-1]) + parts[-1][: -len(SUFFIX)]
+    try:
+        key_str = unquote_to_bytes(encoded).decode("utf-8", "surrogatepass")
+    except UnicodeError:
+        return None
+    return key_str if encode_name(key_str) == relative else None
+
+
+class FileStore(Store):
+    """Histories as files under `directory`, one per thread."""
+
+    kind = "file"
+
+    def __init__(self, directory: str | os.PathLike[str], *, mode: int = 0o600, fsync: bool = True) -> None:
+        self.directory = Path(directory)
+        self.mode = mode
+        self.dir_mode = mode | ((mode & 0o444) >> 2)  # x wherever r: 0600 -> 0700
+        self.fsync = fsync
+        self._mkdir(self.directory)
+
+    def _mkdir(self, path: Path) -> None:
+        try:
+            path.mkdir(mode=self.dir_mode, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the store directory {path}: {exc}") from exc
+
+    def path(self, key: str) -> Path:
+        """The file that holds `key`."""
+        return self.directory / encode_name(key)
+
+    def _lock(self, key: str) -> FileLock:
+        locks = self.directory / _LOCKS
+        self._mkdir(locks)
+        name = encode_name(key).replace("/", "~")[-_SEGMENT:]
+        return FileLock(str(locks / (name + ".lock")), mode=self.mode)
+
+    def read(self, key: str) -> str | None:
+        try:
+            with open(self.path(key), encoding="utf-8", errors="surrogateescape", newline="") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def update(self, key: str, change: Change) -> str | None:
+        with self._lock(key):
+            old = self.read(key)
+            new = change(old)
+            if new is None:
+                if old is not None:
+                    self._remove(key)
+            elif old is not None and new.startswith(old):
+                if len(new) > len(old):
+                    self._append(key, new[len(old) :])
+            else:
+                self._replace(key, new)
+            return new
+
+    def delete(self, key: str) -> None:
+        with self._lock(key):
+            self._remove(key)
+
+    def _remove(self, key: str) -> None:
+        try:
+            self.path(key).unlink()
+        except FileNotFoundError:
+            pass
+
+    def _append(self, key: str, text: str) -> None:
+        with open(self.path(key), "a", encoding="utf-8", errors="surrogateescape", newline="") as f:
+            f.write(text)
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+
+    def _replace(self, key: str, text: str) -> None:
+        target = self.path(key)
+        self._mkdir(target.parent)
+        tmp_dir = self.directory / _TMP
+        self._mkdir(tmp_dir)
+        fd, tmp = tempfile.mkstemp(dir=tmp_dir, suffix=".part")
+        try:
+            os.fchmod(fd, self.mode)
+            with open(fd, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+                f.write(text)
+                f.flush()
+                if self.fsync:
+                    os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        if self.fsync:
+            dir_fd = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+    def _walk(self) -> Iterator[tuple[str, str | None]]:
+        for root, dirs, files in os.walk(self.directory):
+            rel_root = os.path.relpath(root, self.directory)
+            if rel_root == ".":
+                dirs[:] = [d for d in dirs if d not in (_LOCKS, _TMP)]
+                rel_root = ""
+            for name in files:
+                relative = f"{rel_root}/{name}" if rel_root else name
+                yield relative, decode_name(relative)
+
+    def keys(self) -> Iterator[str]:
+        for _relative, key in self._walk():
+            if key is not None:
+                yield key
+
+    def foreign(self) -> list[str]:
+        """Files in the directory that are not named as histories of ours."""
+        return sorted(relative for relative, key in self._walk() if key is None)
