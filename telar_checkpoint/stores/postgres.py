@@ -1,0 +1,317 @@
+"""`PostgresStore`: one row per thread in a PostgreSQL table, through psycopg 3 pools.
+
+Sync methods use a `psycopg_pool.ConnectionPool`; async methods use an
+`AsyncConnectionPool` opened lazily in the running event loop, so they never
+block it. Both pools check a connection before lending it, so a connection
+the server dropped is replaced and the next call after a failure succeeds.
+
+Keys are stored as the UTF-8 bytes of the thread id (``bytea``, so NUL and any
+other character round-trip); values are ``text``, which cannot hold NUL or
+lone surrogates: such a value is refused with `StoreError`, never altered.
+An update inserts the row (so a new key is locked too), locks it with
+``SELECT ... FOR UPDATE``, and appends with ``value || %s`` when it can.
+
+Each operation is written once as a generator of ``(query, params)`` steps
+that receives each step's rows; a sync and an async driver run it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+except ImportError as exc:  # pragma: no cover - exercised by simulating a missing driver
+    raise ImportError(f"{exc}: PostgresStore needs psycopg; pip install 'telar-checkpoint[postgres]'") from exc
+
+from telar_checkpoint.errors import StoreError
+from telar_checkpoint.stores.base import Change, Store
+
+SCHEMA_VERSION = 1
+"""The layout of our tables; a database recording a newer one is refused."""
+
+Rows = list[tuple[Any, ...]]
+Steps = Generator[tuple[sql.Composable, tuple[Any, ...]], Rows, Any]
+
+
+def _key(key: str) -> bytes:
+    return key.encode("utf-8", "surrogatepass")
+
+
+def _storable(text: str, key: str) -> str:
+    """`text` itself, or StoreError when a PostgreSQL text value cannot hold it exactly."""
+    if "\x00" in text:
+        raise StoreError(f"thread {key!r}: PostgreSQL text cannot hold a NUL character; nothing was written")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise StoreError(f"thread {key!r}: PostgreSQL text cannot hold a lone surrogate; nothing was written") from exc
+    return text
+
+
+def server_name(conninfo: str, **kwargs: Any) -> str:
+    """``host:port`` of the server that `conninfo` names, for messages."""
+    params = {**conninfo_to_dict(conninfo), **kwargs}
+    host = params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "localhost"
+    port = params.get("port") or os.environ.get("PGPORT") or "5432"
+    return f"{host}:{port}"
+
+
+class PostgresStore(Store):
+    """Histories as rows of ``{table_prefix}histories`` in `schema` (created if needed)."""
+
+    kind = "postgres"
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str | None = None,
+        table_prefix: str = "telar_",
+        min_size: int = 1,
+        max_size: int = 8,
+        timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        **connect_kwargs: Any,
+    ) -> None:
+        """`conninfo`: a libpq URL or key=value string; `timeout`: seconds to wait for a pooled
+        connection; `connect_timeout`: seconds to wait for the server; `connect_kwargs` go to
+        `psycopg.connect` (``application_name=...``, say)."""
+        self.conninfo = conninfo
+        self.schema = schema
+        self.server = server_name(conninfo, **connect_kwargs)
+        self._kwargs = {"connect_timeout": max(2, round(connect_timeout)), **connect_kwargs, "autocommit": True}
+        self._pool_options = {"min_size": min_size, "max_size": max_size, "timeout": timeout}
+        self._sql = _Queries(schema, table_prefix)
+        self._ready = False
+        self._pool: ConnectionPool | None = None
+        self._apool: AsyncConnectionPool | None = None
+        self._apool_task: asyncio.Task[AsyncConnectionPool] | None = None
+        self._lock = threading.Lock()
+
+    # Operations, each written once as steps
+
+    def _setup_steps(self) -> Steps:
+        yield self._sql.advisory_lock, (self._sql.lock_name,)
+        for statement in self._sql.setup:
+            yield statement, ()
+        rows = yield self._sql.version, ()
+        version = int(rows[0][0])
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"PostgreSQL server at {self.server}: the store tables have schema version {version}, "
+                f"newer than this telar-checkpoint knows ({SCHEMA_VERSION}); upgrade telar-checkpoint"
+            )
+        return version
+
+    def _read_steps(self, key: str) -> Steps:
+        rows = yield self._sql.read, (_key(key),)
+        return rows[0][0] if rows else None
+
+    def _update_steps(self, key: str, change: Change) -> Steps:
+        raw_key = _key(key)
+        yield self._sql.insert_placeholder, (raw_key,)
+        rows = yield self._sql.lock_row, (raw_key,)
+        old: str | None = rows[0][0]
+        new = change(old)
+        if new is None:
+            yield self._sql.delete, (raw_key,)
+        elif old is not None and new.startswith(old):
+            if len(new) > len(old):
+                yield self._sql.append, (_storable(new[len(old) :], key), raw_key)
+        else:
+            yield self._sql.replace, (_storable(new, key), raw_key)
+        return new
+
+    def _delete_steps(self, key: str) -> Steps:
+        yield self._sql.delete, (_key(key),)
+
+    def _keys_steps(self) -> Steps:
+        rows = yield self._sql.keys, ()
+        return [bytes(row[0]) for row in rows]
+
+    def _version_steps(self) -> Steps:
+        rows = yield self._sql.version, ()
+        return int(rows[0][0])
+
+    # The sync driver
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"PostgreSQL server at {self.server}: {exc}".rstrip()) from exc
+
+    def _run(self, steps: Steps, *, transaction: bool = False) -> Any:
+        with self._errors(), self._connection() as conn, conn.transaction() if transaction else nullcontext():
+            return _drive(steps, lambda query, params: _fetch(conn.execute(query, params)))
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._lock:
+            if self._pool is None:
+                if not self._ready:
+                    with psycopg.connect(self.conninfo, **self._kwargs) as conn, conn.transaction():
+                        _drive(self._setup_steps(), lambda q, p: _fetch(conn.execute(q, p)))
+                    self._ready = True
+                self._pool = ConnectionPool(
+                    self.conninfo, kwargs=self._kwargs, check=ConnectionPool.check_connection,
+                    open=True, name=f"telar-{self.server}", **self._pool_options,
+                )  # fmt: skip
+        with self._pool.connection() as conn:
+            yield conn
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    # The async driver
+
+    async def _arun(self, steps: Steps, *, transaction: bool = False) -> Any:
+        with self._errors():
+            pool = await self._async_pool()
+            async with pool.connection() as conn:
+                if not transaction:
+                    return await _adrive(steps, conn)
+                async with conn.transaction():
+                    return await _adrive(steps, conn)
+
+    async def _async_pool(self) -> AsyncConnectionPool:
+        """The async pool of the running loop, opened on first use (a new loop gets a new pool)."""
+        loop = asyncio.get_running_loop()
+        task = self._apool_task
+        if task is None or task.get_loop() is not loop or (task.done() and task.exception() is not None):
+            task = self._apool_task = loop.create_task(self._open_async_pool())
+        return await asyncio.shield(task)
+
+    async def _open_async_pool(self) -> AsyncConnectionPool:
+        if not self._ready:
+            async with await psycopg.AsyncConnection.connect(self.conninfo, **self._kwargs) as conn:
+                async with conn.transaction():
+                    await _adrive(self._setup_steps(), conn)
+            self._ready = True
+        pool = AsyncConnectionPool(
+            self.conninfo, kwargs=self._kwargs, check=AsyncConnectionPool.check_connection,
+            open=False, name=f"telar-async-{self.server}", **self._pool_options,
+        )  # fmt: skip
+        await pool.open()
+        self._apool = pool
+        return pool
+
+    async def aclose(self) -> None:
+        task, self._apool_task = self._apool_task, None
+        pool, self._apool = self._apool, None
+        if pool is not None and task is not None and task.get_loop() is asyncio.get_running_loop():
+            await pool.close()
+        await asyncio.to_thread(self.close)
+
+    # The Store interface
+
+    def read(self, key: str) -> str | None:
+        return self._run(self._read_steps(key))
+
+    def update(self, key: str, change: Change) -> str | None:
+        return self._run(self._update_steps(key, change), transaction=True)
+
+    def delete(self, key: str) -> None:
+        self._run(self._delete_steps(key))
+
+    def keys(self) -> Iterator[str]:
+        return iter(_decoded(self._run(self._keys_steps())))
+
+    def foreign(self) -> list[str]:
+        """Rows whose key is not UTF-8 text (so not written by us), shown as hex."""
+        return _undecodable(self._run(self._keys_steps()))
+
+    def schema_version(self) -> int:
+        """The schema version recorded in the store's meta table."""
+        return self._run(self._version_steps())
+
+    async def aread(self, key: str) -> str | None:
+        return await self._arun(self._read_steps(key))
+
+    async def aupdate(self, key: str, change: Change) -> str | None:
+        return await self._arun(self._update_steps(key, change), transaction=True)
+
+    async def adelete(self, key: str) -> None:
+        await self._arun(self._delete_steps(key))
+
+    async def akeys(self) -> list[str]:
+        return _decoded(await self._arun(self._keys_steps()))
+
+
+class _Queries:
+    """Every statement the store runs, composed once for its schema and table names."""
+
+    def __init__(self, schema: str | None, prefix: str) -> None:
+        def name(table: str) -> sql.Identifier:
+            return sql.Identifier(schema, prefix + table) if schema else sql.Identifier(prefix + table)
+
+        meta, histories = name("meta"), name("histories")
+        self.lock_name = f"telar-checkpoint setup {schema or ''}.{prefix}"
+        self.advisory_lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtext(%s))")
+        self.setup = [sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))] if schema else []
+        self.setup += [
+            sql.SQL("CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, value text NOT NULL)").format(meta),
+            sql.SQL("CREATE TABLE IF NOT EXISTS {} (key bytea PRIMARY KEY, value text)").format(histories),
+            sql.SQL("INSERT INTO {} VALUES ('schema_version', {}) ON CONFLICT DO NOTHING").format(
+                meta, sql.Literal(str(SCHEMA_VERSION))
+            ),
+        ]
+        self.version = sql.SQL("SELECT value FROM {} WHERE name = 'schema_version'").format(meta)
+        self.read = sql.SQL("SELECT value FROM {} WHERE key = %s AND value IS NOT NULL").format(histories)
+        self.insert_placeholder = sql.SQL("INSERT INTO {} (key) VALUES (%s) ON CONFLICT DO NOTHING").format(histories)
+        self.lock_row = sql.SQL("SELECT value FROM {} WHERE key = %s FOR UPDATE").format(histories)
+        self.append = sql.SQL("UPDATE {} SET value = value || %s WHERE key = %s").format(histories)
+        self.replace = sql.SQL("UPDATE {} SET value = %s WHERE key = %s").format(histories)
+        self.delete = sql.SQL("DELETE FROM {} WHERE key = %s").format(histories)
+        self.keys = sql.SQL("SELECT key FROM {} WHERE value IS NOT NULL").format(histories)
+
+
+def _fetch(cursor: Any) -> Rows:
+    return cursor.fetchall() if cursor.description else []
+
+
+def _drive(steps: Steps, execute: Callable[[sql.Composable, tuple[Any, ...]], Rows]) -> Any:
+    try:
+        query, params = next(steps)
+        while True:
+            query, params = steps.send(execute(query, params))
+    except StopIteration as stop:
+        return stop.value
+
+
+async def _adrive(steps: Steps, conn: psycopg.AsyncConnection[Any]) -> Any:
+    try:
+        query, params = next(steps)
+        while True:
+            cursor = await conn.execute(query, params)
+            query, params = steps.send(await cursor.fetchall() if cursor.description else [])
+    except StopIteration as stop:
+        return stop.value
+
+
+def _decode_key(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return None
+
+
+def _decoded(raw_keys: list[bytes]) -> list[str]:
+    return [key for key in map(_decode_key, raw_keys) if key is not None]
+
+
+def _undecodable(raw_keys: list[bytes]) -> list[str]:
+    return sorted(f"histories key '\\x{raw.hex()}'" for raw in raw_keys if _decode_key(raw) is None)
