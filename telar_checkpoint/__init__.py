@@ -1,0 +1,42 @@
+"""telar-checkpoint: durable, readable, versioned LangGraph checkpoints.
+
+`TelarSaver` is the checkpointer; `CheckpointCodec` the pure string format it
+stores; the stores hold one string per thread.
+"""
+
+from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord, WriteRecord
+from telar_checkpoint.errors import (
+    CheckpointDroppedError,
+    CorruptLineError,
+    ForeignDataError,
+    SerializationError,
+    StoreError,
+    StoredDataError,
+    TelarError,
+    UnknownFormatError,
+    UsageError,
+)
+from telar_checkpoint.format import FORMAT_V1, FORMAT_V2
+from telar_checkpoint.saver import TelarSaver
+from telar_checkpoint.stores import FileStore, MemoryStore, Store
+
+__all__ = [
+    "FORMAT_V1",
+    "FORMAT_V2",
+    "CheckpointCodec",
+    "CheckpointDroppedError",
+    "CheckpointRecord",
+    "CorruptLineError",
+    "FileStore",
+    "ForeignDataError",
+    "MemoryStore",
+    "SerializationError",
+    "Store",
+    "StoreError",
+    "StoredDataError",
+    "TelarError",
+    "TelarSaver",
+    "UnknownFormatError",
+    "UsageError",
+    "WriteRecord",
+]

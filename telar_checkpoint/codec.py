@@ -1,0 +1,200 @@
+"""`CheckpointCodec`: the checkpoints of one thread as a string, and back.
+
+Pure: strings in, strings out, no I/O and no locks. A history is one JSON line
+per checkpoint, oldest first; pending writes may follow in lines of their own
+and are folded into their checkpoint on read. `append` applies the format's
+rules: a checkpoint that moves a run on from a fork replaces what the fork
+left behind, and `max_history` keeps the last N. See docs/FORMAT.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, writes_sort_key
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from telar_checkpoint.errors import CheckpointDroppedError, UsageError
+from telar_checkpoint.format import (
+    PLAIN_CHECKPOINT_KEYS,
+    CheckpointLine,
+    plain_metadata,
+    write_checkpoint,
+    write_writes,
+)
+from telar_checkpoint.history import Entry, History
+from telar_checkpoint.values import ValueCodec
+
+
+@dataclass(slots=True)
+class WriteRecord:
+    """One pending write: what a task wrote to a channel."""
+
+    task_id: str
+    channel: str
+    value: Any
+    task_path: str = ""
+    idx: int = 0
+
+
+@dataclass(slots=True)
+class CheckpointRecord:
+    """What LangGraph needs back for one checkpoint. The thread id is the storage key."""
+
+    checkpoint: Checkpoint
+    metadata: CheckpointMetadata
+    checkpoint_ns: str = ""
+    parent_id: str | None = None
+    writes: list[WriteRecord] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return self.checkpoint["id"]
+
+
+class CheckpointCodec:
+    """Encodes checkpoint records as JSON lines through `serde` for state values."""
+
+    def __init__(self, serde: SerializerProtocol | None = None) -> None:
+        self.values = ValueCodec(serde or JsonPlusSerializer())
+
+    # --- records <-> lines ----------------------------------------------------
+
+    def _line(self, record: CheckpointRecord) -> CheckpointLine:
+        cp = record.checkpoint
+        values = {k: self.values.encode(v) for k, v in cp.get("channel_values", {}).items()}
+        plain = {k: cp[k] for k in PLAIN_CHECKPOINT_KEYS if k in cp}
+        extra = {
+            k: self.values.encode(v)
+            for k, v in cp.items()
+            if k not in PLAIN_CHECKPOINT_KEYS and k not in ("id", "channel_values")
+        }
+        line = CheckpointLine(
+            ns=record.checkpoint_ns,
+            id=cp["id"],
+            parent=record.parent_id,
+            metadata=plain_metadata(dict(record.metadata)),
+            checkpoint=plain,
+            extra=extra,
+            values=values,
+        )
+        line.text = write_checkpoint(line)
+        return line
+
+    def _writes_of(self, record: CheckpointRecord) -> list[tuple[str, int, str, Any, str]]:
+        return [(w.task_id, w.idx, w.channel, self.values.encode(w.value), w.task_path) for w in record.writes]
+
+    def record(self, entry: Entry) -> CheckpointRecord:
+        """The record of a parsed entry, with its state values decoded."""
+        line = entry.line
+        checkpoint: dict[str, Any] = {**line.checkpoint, "id": line.id}
+        checkpoint["channel_values"] = {k: self.values.decode(v) for k, v in line.values.items()}
+        for k, v in line.extra.items():
+            checkpoint[k] = self.values.decode(v)
+        writes = [
+            WriteRecord(task_id, channel, self.values.decode(value), path, idx)
+            for (task_id, idx), (channel, value, path) in entry.writes.items()
+        ]
+        writes.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
+        return CheckpointRecord(checkpoint, dict(line.metadata), line.ns, line.parent, writes)  # type: ignore[arg-type]
+
+    # --- the public, pure API ---------------------------------------------------
+
+    def encode(self, record: CheckpointRecord) -> str:
+        """One checkpoint, with its writes, as a history of its own (one line, then writes lines)."""
+        return self.append(None, record)
+
+    def parse(self, thread_id: str | None, data: str | None) -> History:
+        """The parsed history, values still encoded (cheap to query)."""
+        return History.parse(thread_id, data)
+
+    def decode(self, thread_id: str | None, data: str | None) -> CheckpointRecord | None:
+        """The latest checkpoint of the root namespace (or of the only one), or None."""
+        history = self.parse(thread_id, data)
+        entry = history.latest("") or max(history.entries.values(), key=lambda e: e.line.id, default=None)
+        return self.record(entry) if entry else None
+
+    def decode_history(self, thread_id: str | None, data: str | None) -> list[CheckpointRecord]:
+        """Every checkpoint, oldest first, with its pending writes folded in."""
+        return [self.record(e) for e in self.parse(thread_id, data).entries.values()]
+
+    def append(self, stored: str | None, record: CheckpointRecord, max_history: int | None = None) -> str:
+        """`stored` with `record` added: replacing what it supersedes, then keeping the last `max_history`."""
+        _check_max_history(max_history)
+        history = self.parse(None, stored)
+        line = self._line(record)
+        rewrite = history.put(line, self._writes_of(record))
+        if max_history is not None:
+            rewrite = history.trim(max_history) or rewrite
+        if rewrite or history.torn is not None:
+            return history.render()
+        added = [line.text]
+        entry = history.get(line.ns, line.id)
+        if record.writes and entry is not None:
+            added.extend(History._writes_lines(line.ns, line.id, {
+                k: v for k, v in entry.writes.items() if k[0] in {w.task_id for w in record.writes}
+            }))
+        return (stored or "") + "".join(a + "\n" for a in added)
+
+    def add_writes(
+        self,
+        stored: str | None,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        task_id: str,
+        writes: Sequence[tuple[int, str, Any]],
+        task_path: str = "",
+    ) -> str:
+        """`stored` with pending writes `(idx, channel, value)` of one task added to a checkpoint.
+
+        Regular writes (idx >= 0) already stored are kept as they are; special ones
+        (negative idx: errors, interrupts, resumes) overwrite. Appends one line.
+        """
+        history = self.parse(None, stored)
+        encoded = [(idx, ch, self.values.encode(v)) for idx, ch, v in writes]
+        line = history.add_writes(checkpoint_ns, checkpoint_id, task_id, task_path, encoded)
+        if history.torn is not None:
+            return history.render()
+        if line is None:
+            return stored or ""
+        return (stored or "") + write_writes(line) + "\n"
+
+    def trim(self, stored: str | None, max_history: int) -> str:
+        """`stored` cut to its last `max_history` checkpoints (see `append`)."""
+        _check_max_history(max_history)
+        history = self.parse(None, stored)
+        return history.render() if history.trim(max_history) or history.torn else stored or ""
+
+    def remove_runs(self, stored: str | None, run_ids: set[str]) -> str | None:
+        """`stored` without the checkpoints (and writes) of the given runs; None when nothing is left."""
+        history = self.parse(None, stored)
+        doomed = {k for k, e in history.entries.items() if e.line.metadata.get("run_id") in run_ids}
+        if not doomed:
+            return stored
+        history.remove(doomed)
+        return history.render() if history.entries else None
+
+    def keep_latest(self, stored: str | None) -> str | None:
+        """`stored` with only the latest checkpoint of each namespace (and what DeltaChannel needs)."""
+        history = self.parse(None, stored)
+        return history.render() if history.keep_latest() or history.torn else stored
+
+    def find(self, thread_id: str, history: History, checkpoint_ns: str, checkpoint_id: str | None) -> Entry | None:
+        """The entry asked for (the latest of the namespace when no id), or None if never held.
+
+        Raises CheckpointDroppedError for an id the thread held and dropped.
+        """
+        if checkpoint_id is None:
+            return history.latest(checkpoint_ns)
+        entry = history.get(checkpoint_ns, checkpoint_id)
+        if entry is None and (reason := history.dropped_reason(checkpoint_ns, checkpoint_id)):
+            raise CheckpointDroppedError(thread_id, checkpoint_ns, checkpoint_id, reason)
+        return entry
+
+
+def _check_max_history(max_history: int | None) -> None:
+    if max_history is not None and (not isinstance(max_history, int) or max_history < 1):
+        raise UsageError(f"max_history must be a positive integer or None, not {max_history!r}")

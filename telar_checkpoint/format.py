@@ -1,0 +1,243 @@
+"""The line format: one JSON object per line, readers chosen by format version.
+
+Three kinds of line exist. A ``checkpoint`` line holds one checkpoint; a
+``writes`` line holds the pending writes of one task for one checkpoint (so
+`put_writes` is an append); a ``dropped`` line remembers, per namespace, which
+checkpoint ids were replaced or trimmed. A line saved inside a subgraph carries
+its namespace (and, for checkpoints, the parents map) and is format version 2;
+every other line is version 1. `step` and `source` on a checkpoint line are
+projections for people and tools: they are written, and ignored on read.
+docs/FORMAT.md is the full specification.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from telar_checkpoint.errors import CorruptLineError, SerializationError, UnknownFormatError
+
+FORMAT_V1 = 1  # root-namespace lines (no subgraph); readable by every release
+FORMAT_V2 = 2  # lines saved inside a subgraph: adds "ns" and "parents"
+# Plain fields of a LangGraph checkpoint kept as they are; others go to "extra".
+PLAIN_CHECKPOINT_KEYS = ("v", "ts", "channel_versions", "versions_seen", "updated_channels")
+
+
+@dataclass(slots=True)
+class CheckpointLine:
+    ns: str
+    id: str
+    parent: str | None
+    metadata: dict[str, Any]  # plain JSON, with "parents"
+    checkpoint: dict[str, Any]  # the plain fields, without id and channel_values
+    extra: dict[str, Any]  # other checkpoint fields, encoded values
+    values: dict[str, Any]  # channel -> encoded value
+    text: str = ""  # the line as stored, without its newline
+
+    @property
+    def step(self) -> int:
+        step = self.metadata.get("step")
+        return step if isinstance(step, int) else -1
+
+    @property
+    def source(self) -> str | None:
+        return self.metadata.get("source")
+
+
+@dataclass(slots=True)
+class WritesLine:
+    ns: str
+    checkpoint_id: str
+    task_id: str
+    task_path: str
+    writes: list[tuple[int, str, Any]]  # (idx, channel, encoded value)
+
+
+@dataclass(slots=True)
+class DroppedLine:
+    ns: str
+    floor: str | None  # ids below this were trimmed
+    replaced: list[str] = field(default_factory=list)
+
+
+Line = CheckpointLine | WritesLine | DroppedLine
+
+
+def _version(ns: str) -> int:
+    return FORMAT_V2 if ns else FORMAT_V1
+
+
+def _dumps(obj: dict[str, Any]) -> str:
+    try:
+        return orjson.dumps(obj).decode("utf-8")
+    except TypeError as exc:
+        raise SerializationError(f"cannot write a line as JSON: {exc}") from exc
+
+
+def plain_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Metadata as plain JSON (tuples become lists, as in LangGraph's SQL savers)."""
+    try:
+        return orjson.loads(orjson.dumps(metadata))
+    except TypeError as exc:
+        raise SerializationError(f"checkpoint metadata must be JSON: {exc}") from exc
+
+
+def write_checkpoint(line: CheckpointLine) -> str:
+    """The JSON text of a checkpoint line (no newline)."""
+    doc: dict[str, Any] = {"format": _version(line.ns), "kind": "checkpoint"}
+    if line.ns:
+        doc["ns"] = line.ns
+    doc["step"] = line.metadata.get("step")
+    doc["source"] = line.metadata.get("source")
+    doc["id"] = line.id
+    doc["parent"] = line.parent
+    metadata = line.metadata
+    if line.ns:
+        doc["parents"] = metadata.get("parents", {})
+        metadata = {k: v for k, v in metadata.items() if k != "parents"}
+    doc["metadata"] = metadata
+    doc["checkpoint"] = line.checkpoint
+    if line.extra:
+        doc["extra"] = line.extra
+    doc["values"] = line.values
+    return _dumps(doc)
+
+
+def write_writes(line: WritesLine) -> str:
+    doc: dict[str, Any] = {"format": _version(line.ns), "kind": "writes"}
+    if line.ns:
+        doc["ns"] = line.ns
+    doc["checkpoint"] = line.checkpoint_id
+    doc["task"] = line.task_id
+    doc["path"] = line.task_path
+    doc["writes"] = [list(w) for w in line.writes]
+    return _dumps(doc)
+
+
+def write_dropped(line: DroppedLine) -> str:
+    doc: dict[str, Any] = {"format": _version(line.ns), "kind": "dropped"}
+    if line.ns:
+        doc["ns"] = line.ns
+    doc["floor"] = line.floor
+    doc["replaced"] = line.replaced
+    return _dumps(doc)
+
+
+# --- reading ------------------------------------------------------------------
+
+
+class _Fields:
+    """Typed access to a parsed line's fields, raising CorruptLineError with the place."""
+
+    def __init__(self, doc: dict[str, Any], thread_id: str | None, line_no: int) -> None:
+        self.doc = doc
+        self.thread_id = thread_id
+        self.line_no = line_no
+
+    def fail(self, message: str) -> CorruptLineError:
+        return CorruptLineError(message, thread_id=self.thread_id, line=self.line_no)
+
+    def get(self, key: str, *types: type, optional: bool = False) -> Any:
+        if key not in self.doc:
+            if optional:
+                return None
+            raise self.fail(f"field {key!r} is missing")
+        value = self.doc[key]
+        if value is None and optional:
+            return None
+        if types and not isinstance(value, types):
+            raise self.fail(f"field {key!r} should be {'/'.join(t.__name__ for t in types)}")
+        return value
+
+
+def _read_checkpoint(f: _Fields, ns: str) -> CheckpointLine:
+    metadata = f.get("metadata", dict)
+    if ns:
+        parents = f.get("parents", dict)
+        metadata = {**metadata, "parents": parents}
+    checkpoint = f.get("checkpoint", dict)
+    if not isinstance(checkpoint.get("channel_versions", {}), dict):
+        raise f.fail("checkpoint.channel_versions should be an object")
+    return CheckpointLine(
+        ns=ns,
+        id=f.get("id", str),
+        parent=f.get("parent", str, optional=True),
+        metadata=metadata,
+        checkpoint=checkpoint,
+        extra=f.get("extra", dict, optional=True) or {},
+        values=f.get("values", dict),
+    )
+
+
+def _read_writes(f: _Fields, ns: str) -> WritesLine:
+    writes = []
+    for item in f.get("writes", list):
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], int) and isinstance(item[1], str)):
+            raise f.fail("each write should be [idx, channel, value]")
+        writes.append((item[0], item[1], item[2]))
+    return WritesLine(ns, f.get("checkpoint", str), f.get("task", str), f.get("path", str), writes)
+
+
+def _read_dropped(f: _Fields, ns: str) -> DroppedLine:
+    replaced = f.get("replaced", list)
+    if not all(isinstance(r, str) for r in replaced):
+        raise f.fail("field 'replaced' should hold checkpoint ids")
+    return DroppedLine(ns, f.get("floor", str, optional=True), replaced)
+
+
+_KINDS: dict[str, Callable[[_Fields, str], Line]] = {
+    "checkpoint": _read_checkpoint,
+    "writes": _read_writes,
+    "dropped": _read_dropped,
+}
+
+
+def _read_v1(f: _Fields) -> Line:
+    if "ns" in f.doc:
+        raise f.fail("a version 1 line has no namespace; lines saved inside a subgraph are version 2")
+    return _KINDS[f.get("kind", str)](f, "")
+
+
+def _read_v2(f: _Fields) -> Line:
+    ns = f.get("ns", str)
+    if not ns:
+        raise f.fail("a version 2 line carries a non-empty namespace")
+    return _KINDS[f.get("kind", str)](f, ns)
+
+
+# Readers by format version. Never delete one: every stored version stays readable.
+READERS: dict[int, Callable[[_Fields], Line]] = {FORMAT_V1: _read_v1, FORMAT_V2: _read_v2}
+
+
+def read_line(text: str, thread_id: str | None, line_no: int) -> Line:
+    """Parse one stored line, refusing unknown or missing format versions."""
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise CorruptLineError(f"not valid JSON ({exc})", thread_id=thread_id, line=line_no) from None
+    if not isinstance(doc, dict):
+        raise CorruptLineError("not a JSON object", thread_id=thread_id, line=line_no)
+    if "format" not in doc:
+        raise UnknownFormatError(
+            "has no format version; refusing to guess how to read it", thread_id=thread_id, line=line_no
+        )
+    version = doc["format"]
+    reader = READERS.get(version) if type(version) is int else None
+    if reader is None:
+        known = ", ".join(str(v) for v in READERS)
+        raise UnknownFormatError(
+            f"has format version {version!r}, which this release does not read (it reads {known}); "
+            "upgrade telar-checkpoint to read it",
+            thread_id=thread_id,
+            line=line_no,
+        )
+    f = _Fields(doc, thread_id, line_no)
+    if f.get("kind", str) not in _KINDS:
+        raise f.fail(f"unknown line kind {doc['kind']!r}")
+    line = reader(f)
+    if isinstance(line, CheckpointLine):
+        line.text = text
+    return line

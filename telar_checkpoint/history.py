@@ -1,0 +1,311 @@
+"""A thread's history in memory: parsed lines, and the pure rules that change it.
+
+`History.parse` reads a stored string (dropping a torn last line, one with no
+newline), `render` writes the canonical string back. The rules of the format
+live here: which checkpoints a new one replaces (`put`), how pending writes are
+folded (`add_writes`) and how `trim` keeps the last N checkpoints without
+breaking `DeltaChannel` state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from telar_checkpoint.format import (
+    CheckpointLine,
+    DroppedLine,
+    WritesLine,
+    read_line,
+    write_checkpoint,
+    write_dropped,
+    write_writes,
+)
+
+REPLACED_IDS_KEPT = 1000  # replaced ids remembered per thread, to say "replaced" not "absent"
+_FORKS = ("fork", "update")  # sources that start a branch
+_MOVES_ON = ("loop", "input")  # sources that move a branch on
+
+WriteKey = tuple[str, int]  # (task_id, idx)
+Write = tuple[str, Any, str]  # (channel, encoded value, task_path)
+Key = tuple[str, str]  # (namespace, checkpoint id)
+
+
+@dataclass(slots=True)
+class Entry:
+    """One stored checkpoint and its pending writes."""
+
+    line: CheckpointLine
+    writes: dict[WriteKey, Write] = field(default_factory=dict)
+
+
+def merge_writes(target: dict[WriteKey, Write], task_id: str, path: str, writes: Iterable[tuple[int, str, Any]]) -> list[tuple[int, str, Any]]:
+    """Fold writes into `target`: regular ones are idempotent, special (negative idx) ones overwrite.
+
+    Returns the writes that changed something.
+    """
+    changed = []
+    for idx, channel, value in writes:
+        key = (task_id, idx)
+        if idx >= 0 and key in target:
+            continue
+        if target.get(key) == (channel, value, path):
+            continue
+        target[key] = (channel, value, path)
+        changed.append((idx, channel, value))
+    return changed
+
+
+class History:
+    """The checkpoints of one thread, in stored order, with their writes."""
+
+    def __init__(self, thread_id: str | None = None) -> None:
+        self.thread_id = thread_id
+        self.entries: dict[Key, Entry] = {}
+        self.orphans: dict[Key, dict[WriteKey, Write]] = {}  # writes that came before their put
+        self.dropped: dict[str, DroppedLine] = {}
+        self.torn: str | None = None  # an unterminated last line, dropped on read
+
+    # --- reading and writing -------------------------------------------------
+
+    @classmethod
+    def parse(cls, thread_id: str | None, text: str | None) -> History:
+        history = cls(thread_id)
+        if not text:
+            return history
+        lines = text.split("\n")  # "\n" only: JSON may hold U+2028 raw
+        tail = lines.pop()
+        if tail:
+            history.torn = tail
+        for number, raw in enumerate(lines, 1):
+            line = read_line(raw, thread_id, number)
+            if isinstance(line, CheckpointLine):
+                history._add_line(line)
+            elif isinstance(line, WritesLine):
+                target = history._writes_for((line.ns, line.checkpoint_id))
+                merge_writes(target, line.task_id, line.task_path, line.writes)
+            else:
+                history.dropped[line.ns] = line
+        return history
+
+    def render(self) -> str:
+        """The canonical stored string: dropped lines, then each checkpoint followed by its writes."""
+        out = [write_dropped(d) for d in self.dropped.values() if d.floor or d.replaced]
+        for (ns, cid), entry in self.entries.items():
+            out.append(entry.line.text or write_checkpoint(entry.line))
+            out.extend(self._writes_lines(ns, cid, entry.writes))
+        for (ns, cid), writes in self.orphans.items():
+            out.extend(self._writes_lines(ns, cid, writes))
+        return "".join(line + "\n" for line in out)
+
+    @staticmethod
+    def _writes_lines(ns: str, cid: str, writes: dict[WriteKey, Write]) -> Iterator[str]:
+        by_task: dict[tuple[str, str], list[tuple[int, str, Any]]] = {}
+        for (task_id, idx), (channel, value, path) in writes.items():
+            by_task.setdefault((task_id, path), []).append((idx, channel, value))
+        for (task_id, path), items in by_task.items():
+            yield write_writes(WritesLine(ns, cid, task_id, path, items))
+
+    # --- lookups ---------------------------------------------------------------
+
+    def _add_line(self, line: CheckpointLine) -> None:
+        key = (line.ns, line.id)
+        if key in self.entries:
+            self.entries[key].line = line
+        else:
+            self.entries[key] = Entry(line, self.orphans.pop(key, {}))
+
+    def _writes_for(self, key: Key) -> dict[WriteKey, Write]:
+        entry = self.entries.get(key)
+        return entry.writes if entry is not None else self.orphans.setdefault(key, {})
+
+    def in_ns(self, ns: str) -> list[Entry]:
+        return [e for (n, _), e in self.entries.items() if n == ns]
+
+    def namespaces(self) -> list[str]:
+        return list(dict.fromkeys(ns for ns, _ in self.entries))
+
+    def latest(self, ns: str) -> Entry | None:
+        return max(self.in_ns(ns), key=lambda e: e.line.id, default=None)
+
+    def get(self, ns: str, cid: str) -> Entry | None:
+        return self.entries.get((ns, cid))
+
+    def dropped_reason(self, ns: str, cid: str) -> str | None:
+        """"replaced" or "trimmed" when the thread held `cid` and dropped it, else None."""
+        here = self.dropped.get(ns)
+        if here is not None and cid in here.replaced:
+            return "replaced"
+        for floor in (here.floor if here else None, self.dropped.get("", DroppedLine("", None)).floor):
+            if floor is not None and cid < floor:
+                return "trimmed"
+        return None
+
+    # --- changes ---------------------------------------------------------------
+
+    def put(self, line: CheckpointLine, writes: Iterable[tuple[str, int, str, Any, str]] = ()) -> bool:
+        """Store a checkpoint; returns True when others were dropped or one was updated in place."""
+        key = (line.ns, line.id)
+        in_place = key in self.entries
+        self._add_line(line)
+        target = self.entries[key].writes
+        for task_id, idx, channel, value, path in writes:
+            merge_writes(target, task_id, path, [(idx, channel, value)])
+        if in_place:
+            return True
+        return bool(self._replace_for(line))
+
+    def add_writes(self, ns: str, cid: str, task_id: str, path: str, writes: list[tuple[int, str, Any]]) -> WritesLine | None:
+        """Fold writes into their checkpoint; the line to append, or None if nothing changed."""
+        changed = merge_writes(self._writes_for((ns, cid)), task_id, path, writes)
+        return WritesLine(ns, cid, task_id, path, changed) if changed else None
+
+    def _ancestors(self, ns: str, cid: str | None) -> list[str]:
+        chain = []
+        seen = set()
+        while cid is not None and cid not in seen and (ns, cid) in self.entries:
+            seen.add(cid)
+            chain.append(cid)
+            cid = self.entries[(ns, cid)].line.parent
+        return chain
+
+    def _replace_for(self, line: CheckpointLine) -> set[Key]:
+        """Drop what a run left behind when it moves on from a fork (see docs/FORMAT.md)."""
+        if line.source not in _MOVES_ON or line.parent is None:
+            return set()
+        parent = self.entries.get((line.ns, line.parent))
+        if parent is None or parent.line.source not in _FORKS:
+            return set()
+        ns = line.ns
+        path = self._ancestors(ns, line.id)
+        on_path = set(path)
+        # The branch point: the first ancestor that is not itself a fork or an update.
+        threshold, inclusive = parent.line.step, True
+        for cid in path[1:]:
+            ancestor = self.entries[(ns, cid)].line
+            if ancestor.source not in _FORKS:
+                threshold, inclusive = ancestor.step, False
+                break
+            threshold = ancestor.step
+        children: dict[str, list[str]] = {}
+        for entry in self.in_ns(ns):
+            if entry.line.parent is not None:
+                children.setdefault(entry.line.parent, []).append(entry.line.id)
+
+        def moved_on(cid: str) -> bool:
+            stack = list(children.get(cid, ()))
+            while stack:
+                child = stack.pop()
+                if self.entries[(ns, child)].line.source in _MOVES_ON:
+                    return True
+                stack.extend(children.get(child, ()))
+            return False
+
+        drop = set()
+        for entry in self.in_ns(ns):
+            cid, step = entry.line.id, entry.line.step
+            if cid in on_path:
+                continue
+            if (step >= threshold if inclusive else step > threshold) or (
+                entry.line.source in _FORKS and not moved_on(cid)
+            ):
+                drop.add((ns, cid))
+        dropped = self._drop(drop)
+        for dns, cid in dropped:
+            self._remember_replaced(dns, cid)
+        return dropped
+
+    def _drop(self, keys: set[Key]) -> set[Key]:
+        """Remove checkpoints and, with them, subgraph checkpoints that belong to them."""
+        dropped = set(keys)
+        frontier = set(keys)
+        while frontier:
+            for key in frontier:
+                del self.entries[key]
+            gone = {cid for _, cid in frontier}
+            frontier = {
+                (ns, cid)
+                for (ns, cid), e in self.entries.items()
+                if ns and any(p in gone for p in (e.line.metadata.get("parents") or {}).values())
+            }
+            dropped |= frontier
+        for key in [k for k in self.orphans if k in dropped]:
+            del self.orphans[key]
+        return dropped
+
+    def _remember_replaced(self, ns: str, cid: str) -> None:
+        record = self.dropped.setdefault(ns, DroppedLine(ns, None))
+        record.replaced.append(cid)
+        total = sum(len(d.replaced) for d in self.dropped.values())
+        while total > REPLACED_IDS_KEPT:
+            oldest = min((d for d in self.dropped.values() if d.replaced), key=lambda d: min(d.replaced))
+            oldest.replaced.remove(min(oldest.replaced))
+            total -= 1
+
+    def remove(self, keys: set[Key]) -> None:
+        """Remove checkpoints and their writes, remembering nothing (an explicit deletion)."""
+        for key in keys:
+            del self.entries[key]
+        for key in [k for k in self.orphans if k in keys]:
+            del self.orphans[key]
+
+    def keep_latest(self) -> bool:
+        """Keep the latest checkpoint of each namespace (and its DeltaChannel ancestors)."""
+        cut: set[Key] = set()
+        for ns in self.namespaces():
+            self._keep_last(ns, self.in_ns(ns), 1, cut)
+        self.remove(cut)
+        return bool(cut)
+
+    def trim(self, max_history: int) -> bool:
+        """Keep the last `max_history` checkpoints of the root namespace, their subgraph
+        checkpoints (each namespace cut to its last `max_history`) and the ancestors a kept
+        checkpoint needs to rebuild `DeltaChannel` state. Returns True when something was cut."""
+        cut: set[Key] = set()
+        kept_roots = self._keep_last("", self.in_ns(""), max_history, cut)
+        for ns in self.namespaces():
+            if not ns:
+                continue
+            members = [
+                e for e in self.in_ns(ns)
+                if (root := (e.line.metadata.get("parents") or {}).get("")) is None
+                or root in kept_roots
+                or ("", root) not in self.entries and self.dropped_reason("", root) is None
+            ]
+            cut |= {(ns, e.line.id) for e in self.in_ns(ns)} - {(ns, e.line.id) for e in members}
+            self._keep_last(ns, members, max_history, cut)
+        if not cut:
+            return False
+        self._drop(cut)
+        for ns in {ns for ns, _ in cut}:
+            remaining = self.in_ns(ns)
+            record = self.dropped.setdefault(ns, DroppedLine(ns, None))
+            record.floor = min((e.line.id for e in remaining), default=record.floor)
+        for key in [k for k in self.orphans if self.dropped_reason(*k) == "trimmed"]:
+            del self.orphans[key]
+        for ns in [ns for ns in self.dropped if ns and not self.in_ns(ns)]:
+            if not self.dropped[ns].replaced:
+                del self.dropped[ns]
+        return True
+
+    def _keep_last(self, ns: str, members: list[Entry], n: int, cut: set[Key]) -> set[str]:
+        ordered = sorted(members, key=lambda e: e.line.id)
+        keep = {e.line.id for e in ordered[-n:]} if n > 0 else set()
+        for entry in ordered[-n:] if n > 0 else []:
+            keep.update(self._delta_ancestors(ns, entry))
+        cut.update((ns, e.line.id) for e in ordered if e.line.id not in keep)
+        return keep
+
+    def _delta_ancestors(self, ns: str, entry: Entry) -> list[str]:
+        """Ancestors back to the nearest stored value of each DeltaChannel `entry` rebuilds."""
+        counters = entry.line.metadata.get("counters_since_delta_snapshot") or {}
+        needed = {ch for ch in counters if ch not in entry.line.values}
+        chain = []
+        cid = entry.line.parent
+        while needed and cid is not None and (ns, cid) in self.entries:
+            ancestor = self.entries[(ns, cid)].line
+            chain.append(cid)
+            needed -= ancestor.values.keys()
+            cid = ancestor.parent
+        return chain

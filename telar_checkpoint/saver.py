@@ -1,0 +1,373 @@
+"""`TelarSaver`: LangGraph's `BaseCheckpointSaver` on a string store, sync and async.
+
+The one place where LangGraph, the codec and a store meet. Every method reads or
+atomically updates one thread's string through the store and leaves the rest to
+the pure codec, so the sync and async twins share all their logic.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord
+from telar_checkpoint.errors import UsageError
+from telar_checkpoint.history import Entry, History
+from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.file import FileStore
+
+DEFAULT_DIRECTORY = ".telar-checkpoint"
+Version = int | str
+
+
+def _default_serde() -> SerializerProtocol:
+    try:
+        from telar_checkpoint.serializer import JsonSerializer
+    except ImportError:  # pragma: no cover - the serializer ships with the package
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        return JsonPlusSerializer()
+    return JsonSerializer()
+
+
+def _thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
+    configurable = config.get("configurable") or {}
+    if "thread_id" not in configurable:
+        raise UsageError('the config has no "thread_id" in "configurable"')
+    return str(configurable["thread_id"]), configurable.get("checkpoint_ns") or ""
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+
+class TelarSaver(BaseCheckpointSaver[Version]):
+    """A LangGraph checkpointer that keeps each thread as readable JSON lines in a store.
+
+    `store` is a `Store`, a directory path (a `FileStore`), or None for
+    `./.telar-checkpoint`. `max_history` keeps the last N checkpoints of each
+    thread (None: unbounded). `serde` serializes state values (default: the
+    readable `JsonSerializer`; any LangGraph `SerializerProtocol` works).
+    """
+
+    def __init__(
+        self,
+        store: Store | str | os.PathLike[str] | None = None,
+        *,
+        max_history: int | None = None,
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        serde = serde or _default_serde()
+        super().__init__(serde=serde)
+        self.store: Store = store if isinstance(store, Store) else FileStore(store or DEFAULT_DIRECTORY)
+        if max_history is not None and (not isinstance(max_history, int) or max_history < 1):
+            raise UsageError(f"max_history must be a positive integer or None, not {max_history!r}")
+        self.max_history = max_history
+        self.codec = CheckpointCodec(serde)
+
+    @classmethod
+    def from_conn_string(cls, url: str, **options: Any) -> _SaverContext:
+        """A context manager (sync and async) yielding a saver on the store that `url` names.
+
+        `file:///dir` or a path, `sqlite:///path.db`, `postgresql://...`,
+        `redis://...` or `memory://`; options go to the saver (`max_history`, `serde`)
+        or to the store.
+        """
+        return _SaverContext(cls, url, options)
+
+    def __enter__(self) -> TelarSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.store.close()
+
+    async def __aenter__(self) -> TelarSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.store.aclose()
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> TelarSaver:
+        """A shallow clone whose serializer also loads the classes LangGraph derived from the state schema."""
+        derive = getattr(self.codec.values.serde, "with_msgpack_allowlist", None)
+        if derive is None:
+            return super().with_allowlist(extra_allowlist)  # type: ignore[return-value]
+        serde = derive(extra_allowlist)
+        if serde is self.codec.values.serde:
+            return self
+        clone = TelarSaver(self.store, max_history=self.max_history, serde=serde)
+        return clone
+
+    # --- pure pieces, shared by the sync and async methods ------------------------
+
+    def _tuple(self, thread_id: str, entry: Entry) -> CheckpointTuple:
+        record = self.codec.record(entry)
+        ns = record.checkpoint_ns
+        return CheckpointTuple(
+            config=_config(thread_id, ns, record.id),
+            checkpoint=record.checkpoint,
+            metadata=record.metadata,
+            parent_config=_config(thread_id, ns, record.parent_id) if record.parent_id else None,
+            pending_writes=[(w.task_id, w.channel, w.value) for w in record.writes],
+        )
+
+    def _get(self, config: RunnableConfig, text: str | None) -> CheckpointTuple | None:
+        thread_id, ns = _thread_and_ns(config)
+        history = self.codec.parse(thread_id, text)
+        entry = self.codec.find(thread_id, history, ns, get_checkpoint_id(config))
+        return self._tuple(thread_id, entry) if entry else None
+
+    def _matches(
+        self, config: RunnableConfig | None, filter: dict[str, Any] | None, before: RunnableConfig | None
+    ) -> Any:
+        configurable = (config or {}).get("configurable") or {}
+        want_ns = configurable.get("checkpoint_ns")
+        want_id = configurable.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+
+        def matches(entry: Entry) -> bool:
+            line = entry.line
+            return (
+                (want_ns is None or line.ns == want_ns)
+                and (not want_id or line.id == want_id)
+                and (not before_id or line.id < before_id)
+                and (not filter or all(line.metadata.get(k) == v for k, v in filter.items()))
+            )
+
+        return matches
+
+    def _listed(self, thread_id: str, text: str | None, matches: Any) -> list[Entry]:
+        history = self.codec.parse(thread_id, text)
+        return sorted((e for e in history.entries.values() if matches(e)), key=lambda e: e.line.id, reverse=True)
+
+    def _record(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata) -> tuple[str, CheckpointRecord]:
+        thread_id, ns = _thread_and_ns(config)
+        parent = get_checkpoint_id(config)
+        meta = get_serializable_checkpoint_metadata(config, metadata)
+        return thread_id, CheckpointRecord(checkpoint, meta, ns, parent)
+
+    def _writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]]) -> tuple[str, str, str, list[tuple[int, str, Any]]]:
+        thread_id, ns = _thread_and_ns(config)
+        checkpoint_id = get_checkpoint_id(config)
+        if not checkpoint_id:
+            raise UsageError("put_writes needs a config with a checkpoint_id")
+        items = [(WRITES_IDX_MAP.get(channel, i), channel, value) for i, (channel, value) in enumerate(writes)]
+        return thread_id, ns, checkpoint_id, items
+
+    def _delta(self, config: RunnableConfig, text: str | None, channels: Sequence[str]) -> dict[str, DeltaChannelHistory]:
+        """Per channel: the writes on the path to the target and the nearest stored value (the seed)."""
+        thread_id, ns = _thread_and_ns(config)
+        history = self.codec.parse(thread_id, text)
+        target = self.codec.find(thread_id, history, ns, get_checkpoint_id(config))
+        collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        cursor = history.get(ns, target.line.parent) if target and target.line.parent else None
+        while cursor is not None and remaining:
+            record = self.codec.record(cursor)
+            for w in reversed(record.writes):
+                if w.channel in remaining:
+                    collected[w.channel].append((w.task_id, w.channel, w.value))
+            for ch in list(remaining):
+                if ch in record.checkpoint["channel_values"]:
+                    seeds[ch] = record.checkpoint["channel_values"][ch]
+                    remaining.discard(ch)
+            parent = cursor.line.parent
+            cursor = history.get(ns, parent) if parent else None
+        result: dict[str, DeltaChannelHistory] = {}
+        for ch in channels:
+            result[ch] = {"writes": list(reversed(collected[ch]))}
+            if ch in seeds:
+                result[ch]["seed"] = seeds[ch]
+        return result
+
+    # --- sync API -------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, _ = _thread_and_ns(config)
+        return self._get(config, self.store.read(thread_id))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        matches = self._matches(config, filter, before)
+        threads = [_thread_and_ns(config)[0]] if config else sorted(self.store.keys())
+        for thread_id in threads:
+            for entry in self._listed(thread_id, self.store.read(thread_id), matches):
+                if limit is not None and limit <= 0:
+                    return
+                yield self._tuple(thread_id, entry)
+                if limit is not None:
+                    limit -= 1
+
+    def put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+    ) -> RunnableConfig:
+        thread_id, record = self._record(config, checkpoint, metadata)
+        self.store.update(thread_id, lambda old: self.codec.append(old, record, self.max_history))
+        return _config(thread_id, record.checkpoint_ns, record.id)
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+        thread_id, ns, cid, items = self._writes(config, writes)
+        self.store.update(thread_id, lambda old: self.codec.add_writes(old, ns, cid, task_id, items, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.store.delete(str(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        runs = set(run_ids)
+        for thread_id in list(self.store.keys()):
+            self.store.update(thread_id, lambda old: self.codec.remove_runs(old, runs))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        text = self.store.read(str(source_thread_id))
+        if text is not None:
+            self.codec.parse(str(source_thread_id), text)  # refuse to copy a corrupt history
+            self.store.write(str(target_thread_id), text)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        _check_strategy(strategy)
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.store.delete(str(thread_id))
+            else:
+                self.store.update(str(thread_id), self.codec.keep_latest)
+
+    def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
+        if not channels:
+            return {}
+        return self._delta(config, self.store.read(_thread_and_ns(config)[0]), channels)
+
+    # --- async API: the same logic on the store's async methods ---------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, _ = _thread_and_ns(config)
+        return self._get(config, await self.store.aread(thread_id))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        matches = self._matches(config, filter, before)
+        threads = [_thread_and_ns(config)[0]] if config else sorted(await self.store.akeys())
+        for thread_id in threads:
+            for entry in self._listed(thread_id, await self.store.aread(thread_id), matches):
+                if limit is not None and limit <= 0:
+                    return
+                yield self._tuple(thread_id, entry)
+                if limit is not None:
+                    limit -= 1
+
+    async def aput(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+    ) -> RunnableConfig:
+        thread_id, record = self._record(config, checkpoint, metadata)
+        await self.store.aupdate(thread_id, lambda old: self.codec.append(old, record, self.max_history))
+        return _config(thread_id, record.checkpoint_ns, record.id)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+        thread_id, ns, cid, items = self._writes(config, writes)
+        await self.store.aupdate(thread_id, lambda old: self.codec.add_writes(old, ns, cid, task_id, items, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.store.adelete(str(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        runs = set(run_ids)
+        for thread_id in await self.store.akeys():
+            await self.store.aupdate(thread_id, lambda old: self.codec.remove_runs(old, runs))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        text = await self.store.aread(str(source_thread_id))
+        if text is not None:
+            self.codec.parse(str(source_thread_id), text)
+            await self.store.awrite(str(target_thread_id), text)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        _check_strategy(strategy)
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                await self.store.adelete(str(thread_id))
+            else:
+                await self.store.aupdate(str(thread_id), self.codec.keep_latest)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        if not channels:
+            return {}
+        return self._delta(config, await self.store.aread(_thread_and_ns(config)[0]), channels)
+
+    def get_next_version(self, current: Version | None, channel: None = None) -> Version:
+        """The next channel version, of the same JSON type as `current`.
+
+        Integers count up; zero-padded strings (written by `InMemorySaver` and the
+        SQL savers) keep their form, so threads they wrote go on working.
+        """
+        if current is None:
+            return 1
+        if isinstance(current, str):
+            return f"{int(current.split('.')[0]) + 1:032}.{0:016}"
+        return int(current) + 1
+
+
+def _check_strategy(strategy: str) -> None:
+    if strategy not in ("keep_latest", "delete"):
+        raise UsageError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
+
+
+class _SaverContext:
+    """What `TelarSaver.from_conn_string` returns: usable with `with` and `async with`."""
+
+    _SAVER_OPTIONS = ("max_history", "serde")
+
+    def __init__(self, cls: type[TelarSaver], url: str, options: dict[str, Any]) -> None:
+        self.cls, self.url = cls, url
+        self.saver_options = {k: options.pop(k) for k in self._SAVER_OPTIONS if k in options}
+        self.store_options = options
+        self.saver: TelarSaver | None = None
+
+    def _open(self) -> TelarSaver:
+        from telar_checkpoint.stores.url import open_store
+
+        self.saver = self.cls(open_store(self.url, **self.store_options), **self.saver_options)
+        return self.saver
+
+    def __enter__(self) -> TelarSaver:
+        return self._open()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saver is not None:
+            self.saver.store.close()
+
+    async def __aenter__(self) -> TelarSaver:
+        return self._open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.saver is not None:
+            await self.saver.store.aclose()

@@ -1,0 +1,61 @@
+"""How state values become JSON inside a line, and back.
+
+A serializer that can hand us JSON values (`to_jsonable` / `from_jsonable`,
+as `telar_checkpoint.JsonSerializer` does) is used directly, so state stays
+readable. Any other LangGraph `SerializerProtocol` (`JsonPlusSerializer`,
+`EncryptedSerializer`, ...) is wrapped: what it returns as bytes is stored as
+``{"$serde": [type, base64]}`` and read back through it.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Protocol, runtime_checkable
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from telar_checkpoint.errors import SerializationError
+
+SERDE_TAG = "$serde"
+
+
+@runtime_checkable
+class JsonValueSerializer(Protocol):
+    """A serializer that maps values to JSON-compatible data and back."""
+
+    def to_jsonable(self, obj: Any) -> Any: ...
+
+    def from_jsonable(self, data: Any) -> Any: ...
+
+
+class ValueCodec:
+    """Turns one state value into JSON-compatible data and back, through `serde`."""
+
+    def __init__(self, serde: SerializerProtocol) -> None:
+        self.serde = serde
+        self._json = serde if isinstance(serde, JsonValueSerializer) else None
+
+    def encode(self, value: Any) -> Any:
+        if self._json is not None:
+            return self._json.to_jsonable(value)
+        try:
+            type_, data = self.serde.dumps_typed(value)
+        except Exception as exc:  # the serializer's own error, whatever its class
+            raise SerializationError(f"cannot serialize a {type(value).__name__}: {exc}") from exc
+        return {SERDE_TAG: [type_, base64.b64encode(data).decode("ascii")]}
+
+    def decode(self, data: Any) -> Any:
+        if isinstance(data, dict) and len(data) == 1 and SERDE_TAG in data:
+            tagged = data[SERDE_TAG]
+            if not (isinstance(tagged, list) and len(tagged) == 2 and all(isinstance(x, str) for x in tagged)):
+                raise SerializationError(f"malformed {SERDE_TAG} value: {tagged!r:.80}")
+            return self.serde.loads_typed((tagged[0], base64.b64decode(tagged[1])))
+        if self._json is not None:
+            return self._json.from_jsonable(data)
+        if data is None or isinstance(data, (str, int, float, bool)):
+            return data
+        raise SerializationError(
+            f"a stored value is JSON ({type(data).__name__}) but the serializer "
+            f"{type(self.serde).__name__} cannot read JSON values; open the thread with the "
+            "serializer that wrote it"
+        )
