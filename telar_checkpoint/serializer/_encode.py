@@ -1,0 +1,309 @@
+"""Python values to JSON values: plain where JSON has the type, a one-key tag where not.
+
+`to_jsonable` dispatches on the exact type: the JSON types first, inline, then a
+dict from type to encoder, filled on first sight of a new class. A value we
+cannot write back exactly raises SerializationError naming its type.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import pathlib
+import re
+from collections import Counter, OrderedDict, defaultdict, deque
+from collections.abc import Callable
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
+from enum import Enum
+from typing import Any
+from uuid import UUID
+from zoneinfo import ZoneInfo
+
+import pydantic
+import pydantic.v1
+from pydantic_core import PydanticUndefined
+
+from telar_checkpoint.errors import SerializationError
+from telar_checkpoint.serializer._registry import BUILTIN_CLASSES, class_name
+
+INT_MIN = -(1 << 63)
+INT_MAX = (1 << 63) - 1
+# Characters JSON text cannot carry safely: NUL (Postgres jsonb refuses it) and
+# lone surrogates (not valid UTF-8, orjson refuses them).
+UNSAFE_CHARS = re.compile("[\x00\ud800-\udfff]")
+# defaultdict factories we can name; any other factory is code we will not store.
+DEFAULT_FACTORIES: dict[Any, str | None] = {
+    None: None, list: "list", dict: "dict", set: "set", frozenset: "frozenset", tuple: "tuple",
+    int: "int", float: "float", str: "str", bool: "bool", bytes: "bytes",
+    Counter: "Counter", OrderedDict: "OrderedDict", deque: "deque",
+}  # fmt: skip
+
+_Send: type | None = BUILTIN_CLASSES.get("Send")
+_NO_DEFAULT = object()
+
+
+def to_jsonable(obj: Any) -> Any:
+    """`obj` as dicts (str keys), lists, str, 64-bit ints, finite floats, bools and None."""
+    t = type(obj)
+    if t is str:
+        if obj.isascii():
+            if "\x00" not in obj:
+                return obj
+        elif UNSAFE_CHARS.search(obj) is None:
+            return obj
+        return _encode_unsafe_str(obj)
+    if t is dict:
+        return _encode_dict(obj)
+    if t is list:
+        return [to_jsonable(item) for item in obj]
+    if t is int:
+        return obj if INT_MIN <= obj <= INT_MAX else _encode_big_int(obj)
+    if t is float:
+        return obj if obj - obj == 0.0 else {"$float": repr(obj)}
+    if obj is None or t is bool:
+        return obj
+    encode = ENCODERS.get(t)
+    if encode is None:
+        encode = _encoder_for_class(t)
+    return encode(obj)
+
+
+def _plain_key(key: Any) -> bool:
+    if type(key) is not str:
+        return False
+    if key.isascii():
+        return "\x00" not in key
+    return UNSAFE_CHARS.search(key) is None
+
+
+def _encode_dict(obj: dict[Any, Any]) -> Any:
+    out = {}
+    for key, value in obj.items():
+        if not _plain_key(key):
+            return {"$map": [[to_jsonable(k), to_jsonable(v)] for k, v in obj.items()]}
+        out[key] = to_jsonable(value)
+    if len(out) == 1 and key[:1] == "$":
+        return {"$dict": out}  # a user dict that would read as a tag
+    return out
+
+
+def _encode_unsafe_str(obj: str) -> Any:
+    runs: list[str | int] = []
+    start = 0
+    for match in UNSAFE_CHARS.finditer(obj):
+        if match.start() > start:
+            runs.append(obj[start : match.start()])
+        runs.append(ord(match.group()))
+        start = match.end()
+    if start < len(obj):
+        runs.append(obj[start:])
+    return {"$str": runs}
+
+
+def _encode_big_int(obj: int) -> Any:
+    try:
+        return {"$int": str(obj)}
+    except ValueError:  # beyond int-to-str digit limit: hex has none
+        return {"$int": hex(obj)}
+
+
+def _items(obj: Any) -> list[Any]:
+    """Set members in a stable order when they sort, so equal sets store equal text."""
+    try:
+        members = sorted(obj)
+    except TypeError:
+        members = list(obj)
+    return [to_jsonable(item) for item in members]
+
+
+def _timedelta(obj: timedelta) -> list[int]:
+    return [obj.days, obj.seconds, obj.microseconds]
+
+
+def _iso_tz(tz: Any) -> bool:
+    """Whether isoformat() text brings `tz` back exactly (none, or an unnamed offset)."""
+    return tz is None or (type(tz) is timezone and len(tz.__getinitargs__()) == 1)
+
+
+def _encode_datetime(obj: datetime) -> Any:
+    if obj.fold == 0 and _iso_tz(obj.tzinfo):
+        return {"$datetime": obj.isoformat()}
+    local = obj.replace(tzinfo=None, fold=0).isoformat()
+    return {"$datetime": {"local": local, "tz": to_jsonable(obj.tzinfo), "fold": obj.fold}}
+
+
+def _encode_time(obj: time) -> Any:
+    if obj.fold == 0 and _iso_tz(obj.tzinfo):
+        return {"$time": obj.isoformat()}
+    local = obj.replace(tzinfo=None, fold=0).isoformat()
+    return {"$time": {"local": local, "tz": to_jsonable(obj.tzinfo), "fold": obj.fold}}
+
+
+def _encode_timezone(obj: timezone) -> Any:
+    args = obj.__getinitargs__()
+    name = args[1] if len(args) > 1 else None
+    return {"$timezone": {"offset": _timedelta(args[0]), "name": name}}
+
+
+def _encode_zoneinfo(obj: ZoneInfo) -> Any:
+    if obj.key is None:
+        raise SerializationError("cannot store a ZoneInfo loaded from a file (it has no key)")
+    return {"$zoneinfo": obj.key}
+
+
+def _encode_defaultdict(obj: defaultdict[Any, Any]) -> Any:
+    factory = obj.default_factory
+    try:
+        name = DEFAULT_FACTORIES[factory]
+    except (KeyError, TypeError):
+        raise SerializationError(
+            f"cannot store a defaultdict whose default_factory is {factory!r}; "
+            f"use one of: {', '.join(str(n) for n in DEFAULT_FACTORIES.values())}"
+        ) from None
+    return {"$defaultdict": {"factory": name, "items": _encode_dict(dict(obj))}}
+
+
+def _encode_regex(obj: re.Pattern[Any]) -> Any:
+    return {"$regex": {"pattern": to_jsonable(obj.pattern), "flags": obj.flags}}
+
+
+ENCODERS: dict[type, Callable[[Any], Any]] = {
+    tuple: lambda obj: {"$tuple": [to_jsonable(item) for item in obj]},
+    set: lambda obj: {"$set": _items(obj)},
+    frozenset: lambda obj: {"$frozenset": _items(obj)},
+    bytes: lambda obj: {"$bytes": base64.b64encode(obj).decode("ascii")},
+    bytearray: lambda obj: {"$bytearray": base64.b64encode(obj).decode("ascii")},
+    deque: lambda obj: {
+        "$deque": {"items": [to_jsonable(item) for item in obj], "maxlen": obj.maxlen}
+    },
+    OrderedDict: lambda obj: {"$odict": _encode_dict(dict(obj))},
+    Counter: lambda obj: {"$counter": _encode_dict(dict(obj))},
+    defaultdict: _encode_defaultdict,
+    datetime: _encode_datetime,
+    date: lambda obj: {"$date": obj.isoformat()},
+    time: _encode_time,
+    timedelta: lambda obj: {"$timedelta": _timedelta(obj)},
+    timezone: _encode_timezone,
+    UUID: lambda obj: {"$uuid": str(obj)},
+    Decimal: lambda obj: {"$decimal": str(obj)},
+    re.Pattern: _encode_regex,
+}
+
+
+# --- classes: encoders built once per class and kept in ENCODERS ---
+
+
+def _model_plan(cls: type[pydantic.BaseModel]) -> list[tuple[str, Any]]:
+    """(field, default) pairs; fields still at a simple default are left out of the JSON."""
+    plan = []
+    for name, field in cls.model_fields.items():
+        default: Any = _NO_DEFAULT
+        if field.default_factory is None:
+            if field.default is not PydanticUndefined:
+                default = field.default
+        elif field.default_factory in (list, dict):
+            default = field.default_factory()  # type: ignore[call-arg]
+        plan.append((name, default))
+    return plan
+
+
+def _model_encoder(cls: type[pydantic.BaseModel]) -> Callable[[Any], Any]:
+    name = class_name(cls)
+    plan = _model_plan(cls)
+
+    def encode(obj: Any) -> Any:
+        values = obj.__dict__
+        fields = {}
+        for field, default in plan:
+            value = values[field]
+            if default is not _NO_DEFAULT and type(value) is type(default) and value == default:
+                continue
+            fields[field] = to_jsonable(value)
+        extra = obj.__pydantic_extra__
+        if extra:
+            for field, value in extra.items():
+                fields[field] = to_jsonable(value)
+        return {"$model": {"class": name, "fields": fields}}
+
+    return encode
+
+
+def _model_v1_encoder(cls: type[pydantic.v1.BaseModel]) -> Callable[[Any], Any]:
+    name = class_name(cls)
+    return lambda obj: {
+        "$model_v1": {
+            "class": name,
+            "fields": {field: to_jsonable(value) for field, value in obj.__dict__.items()},
+        }
+    }
+
+
+def _dataclass_encoder(cls: type) -> Callable[[Any], Any]:
+    name = class_name(cls)
+    names = [field.name for field in dataclasses.fields(cls)]
+    return lambda obj: {
+        "$dataclass": {
+            "class": name,
+            "fields": {field: to_jsonable(getattr(obj, field)) for field in names},
+        }
+    }
+
+
+def _namedtuple_encoder(cls: type) -> Callable[[Any], Any]:
+    name = class_name(cls)
+    names = cls._fields  # type: ignore[attr-defined]
+    return lambda obj: {
+        "$namedtuple": {
+            "class": name,
+            "fields": {field: to_jsonable(value) for field, value in zip(names, obj)},
+        }
+    }
+
+
+def _enum_encoder(cls: type[Enum]) -> Callable[[Any], Any]:
+    name = class_name(cls)
+    return lambda obj: {"$enum": {"class": name, "value": to_jsonable(obj.value)}}
+
+
+def _error_encoder(cls: type[BaseException]) -> Callable[[Any], Any]:
+    name = class_name(cls)
+    return lambda obj: {"$error": {"class": name, "args": [to_jsonable(a) for a in obj.args]}}
+
+
+def _encode_send(obj: Any) -> Any:
+    payload = {"node": to_jsonable(obj.node), "arg": to_jsonable(obj.arg)}
+    if obj.timeout is not None:
+        payload["timeout"] = to_jsonable(obj.timeout)
+    return {"$send": payload}
+
+
+def _encoder_for_class(cls: type) -> Callable[[Any], Any]:
+    """Pick, and remember, the encoder for a class not in ENCODERS yet."""
+    encode: Callable[[Any], Any]
+    if issubclass(cls, Enum):
+        encode = _enum_encoder(cls)
+    elif issubclass(cls, pydantic.BaseModel):
+        encode = _model_encoder(cls)
+    elif issubclass(cls, pydantic.v1.BaseModel):
+        encode = _model_v1_encoder(cls)
+    elif dataclasses.is_dataclass(cls):
+        encode = _dataclass_encoder(cls)
+    elif issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        encode = _namedtuple_encoder(cls)
+    elif cls is _Send:
+        encode = _encode_send
+    elif issubclass(cls, BaseException):
+        encode = _error_encoder(cls)
+    elif cls in (pathlib.PosixPath, pathlib.WindowsPath):
+        encode = lambda obj: {"$path": str(obj)}  # noqa: E731
+    elif issubclass(cls, ZoneInfo):
+        encode = _encode_zoneinfo
+    else:
+        raise SerializationError(
+            f"cannot store a value of type {cls.__module__}.{cls.__qualname__} as JSON; "
+            "use JSON types, a dataclass, a pydantic model, an Enum or a NamedTuple"
+        )
+    ENCODERS[cls] = encode
+    return encode
+

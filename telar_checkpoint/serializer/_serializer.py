@@ -1,0 +1,89 @@
+"""`JsonSerializer`: LangGraph's SerializerProtocol over readable JSON (see the package docs)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any
+
+import orjson
+
+from telar_checkpoint.errors import SerializationError
+from telar_checkpoint.serializer._decode import make_decoder
+from telar_checkpoint.serializer._encode import to_jsonable
+from telar_checkpoint.serializer._registry import Allowlist
+
+TYPE_NAME = "json"
+
+
+class JsonSerializer:
+    """Serializes graph state to JSON: plain values as they are, other types as one-key tags.
+
+    Loading only builds the standard, LangChain and LangGraph types listed in the
+    package docs, plus the classes allowed here: `allowed_classes` (class objects)
+    and `allowlist` (``(module, name)`` pairs, as LangGraph derives them from a
+    state schema). It never imports a module or calls a function the data names.
+    """
+
+    def __init__(
+        self,
+        *,
+        allowed_classes: Iterable[type] = (),
+        allowlist: Collection[tuple[str, ...]] | None = None,
+    ) -> None:
+        self._allowlist = Allowlist()
+        for cls in allowed_classes:
+            self._allowlist.add_class(cls)
+        for key in allowlist or ():
+            self._allowlist.add_name(key)
+        self._decode = make_decoder(self._allowlist)
+
+    def to_jsonable(self, obj: Any) -> Any:
+        """`obj` as a value made only of JSON types (str-keyed dicts, lists, str, 64-bit
+        ints, finite floats, bools, None); SerializationError if a part cannot be stored."""
+        try:
+            return to_jsonable(obj)
+        except RecursionError:
+            raise SerializationError(
+                "cannot store a value nested this deeply (or one that contains itself)"
+            ) from None
+
+    def from_jsonable(self, data: Any) -> Any:
+        """The value `to_jsonable` was given; SerializationError for tags we do not load."""
+        try:
+            return self._decode(data)
+        except RecursionError:
+            raise SerializationError("stored value is nested too deeply to load") from None
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        return TYPE_NAME, orjson.dumps(self.to_jsonable(obj))
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        type_name, payload = data
+        if type_name != TYPE_NAME:
+            raise SerializationError(
+                f"cannot load a value of serialization type {type_name!r}: JsonSerializer "
+                f"reads only {TYPE_NAME!r}; open this data with the serializer that wrote it"
+            )
+        try:
+            value = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            raise SerializationError(f"stored value is not valid JSON: {exc}") from None
+        return self.from_jsonable(value)
+
+    def with_msgpack_allowlist(
+        self, extra_allowlist: Iterable[tuple[str, ...] | type]
+    ) -> JsonSerializer:
+        """A copy that also loads the classes in `extra_allowlist`.
+
+        LangGraph calls this (through the saver's `with_allowlist`) with the
+        ``(module, name)`` pairs of the classes in a graph's state schema.
+        """
+        clone = JsonSerializer.__new__(JsonSerializer)
+        clone._allowlist = self._allowlist.copy()
+        for key in extra_allowlist:
+            clone._allowlist.add_name(key)
+        clone._decode = make_decoder(clone._allowlist)
+        return clone
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
