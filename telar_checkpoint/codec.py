@@ -15,7 +15,6 @@ from typing import Any
 
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from telar_checkpoint.errors import CheckpointDroppedError, UsageError
 from telar_checkpoint.format import (
@@ -26,6 +25,7 @@ from telar_checkpoint.format import (
     write_writes,
 )
 from telar_checkpoint.history import Entry, History
+from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.values import ValueCodec
 
 
@@ -56,10 +56,10 @@ class CheckpointRecord:
 
 
 class CheckpointCodec:
-    """Encodes checkpoint records as JSON lines through `serde` for state values."""
+    """Encodes checkpoint records as JSON lines, state values through `serde` (default: `JsonSerializer`)."""
 
     def __init__(self, serde: SerializerProtocol | None = None) -> None:
-        self.values = ValueCodec(serde or JsonPlusSerializer())
+        self.values = ValueCodec(serde or JsonSerializer())
 
     # --- records <-> lines ----------------------------------------------------
 

@@ -28,22 +28,13 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord
 from telar_checkpoint.errors import UsageError
-from telar_checkpoint.history import Entry, History
+from telar_checkpoint.history import Entry
+from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.file import FileStore
 
 DEFAULT_DIRECTORY = ".telar-checkpoint"
 Version = int | str
-
-
-def _default_serde() -> SerializerProtocol:
-    try:
-        from telar_checkpoint.serializer import JsonSerializer
-    except ImportError:  # pragma: no cover - the serializer ships with the package
-        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
-        return JsonPlusSerializer()
-    return JsonSerializer()
 
 
 def _thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
@@ -73,7 +64,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         max_history: int | None = None,
         serde: SerializerProtocol | None = None,
     ) -> None:
-        serde = serde or _default_serde()
+        serde = serde or JsonSerializer()
         super().__init__(serde=serde)
         self.store: Store = store if isinstance(store, Store) else FileStore(store or DEFAULT_DIRECTORY)
         if max_history is not None and (not isinstance(max_history, int) or max_history < 1):
