@@ -51,12 +51,11 @@ def _register_builtins() -> None:
         if cls is not None:
             _add_builtin(name, cls, construct=True)
 
-    from langchain_core import agents, documents, outputs, prompt_values
+    from langchain_core import agents, documents, prompt_values
 
     for module, names in (
         (documents, ("Document",)),
         (prompt_values, ("StringPromptValue", "ChatPromptValue", "ChatPromptValueConcrete")),
-        (outputs, ("Generation", "GenerationChunk", "ChatGeneration", "ChatGenerationChunk")),
         (agents, ("AgentAction", "AgentActionMessageLog", "AgentFinish", "AgentStep")),
     ):
         for name in names:

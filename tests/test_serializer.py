@@ -1,0 +1,383 @@
+"""JsonSerializer round-trips: a table of hand-written cases, then Hypothesis.
+
+Every case checks the value comes back of the same type and equal, all the way
+down, and that the stored form is plain JSON (no NaN, no big ints, no NUL or
+lone surrogates, no bare ``{"$serde": ...}`` made from user data).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import pathlib
+import re
+import uuid
+from collections import Counter, OrderedDict, defaultdict, deque
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
+from typing import Any, NamedTuple, TypedDict
+from zoneinfo import ZoneInfo
+
+import orjson
+import pydantic
+import pydantic.v1
+import pytest
+from langchain_core.documents import Document
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    ChatMessage,
+    FunctionMessage,
+    FunctionMessageChunk,
+    HumanMessage,
+    HumanMessageChunk,
+    RemoveMessage,
+    SystemMessage,
+    SystemMessageChunk,
+    ToolMessage,
+    ToolMessageChunk,
+)
+from langchain_core.agents import AgentAction, AgentFinish
+from langchain_core.prompt_values import ChatPromptValue
+from langgraph.channels.delta import _DeltaSnapshot
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.types import Command, Interrupt, Overwrite, Send
+
+from telar_checkpoint.errors import SerializationError
+from telar_checkpoint.serializer import JsonSerializer
+
+
+# --- user types, as a graph's state schema would define them ---
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = (0, 0, 255)
+
+
+class Outer:
+    class Size(enum.IntEnum):
+        SMALL = 1
+        LARGE = 2
+
+
+class Flags(enum.Flag):
+    A = 1
+    B = 2
+
+
+@dataclasses.dataclass
+class Point:
+    x: float
+    y: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    name: str
+    tags: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass
+class WithLater:
+    a: int
+    b: list[Point]
+    total: int = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.total = self.a * 10
+
+
+@dataclasses.dataclass(slots=True)
+class Slotted:
+    when: datetime
+    inner: Frozen
+
+
+class Pair(NamedTuple):
+    left: Any
+    right: Any = None
+
+
+class Profile(pydantic.BaseModel):
+    name: str
+    when: datetime | None = None
+    color: Color = Color.RED
+    history: list[HumanMessage] = []
+    extra: dict[str, Any] = {}
+
+
+class LooseModel(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow")
+    a: int
+
+
+class OldModel(pydantic.v1.BaseModel):
+    name: str
+    count: int = 0
+
+
+class Person(TypedDict):
+    name: str
+    age: int
+
+
+class MyError(Exception):
+    pass
+
+
+USER_CLASSES = [Color, Outer.Size, Flags, Point, Frozen, WithLater, Slotted, Pair, Profile,
+                LooseModel, OldModel, MyError]  # fmt: skip
+
+
+def serializer() -> JsonSerializer:
+    return JsonSerializer(allowed_classes=USER_CLASSES)
+
+
+# --- deep equality: same type and equal value, all the way down ---
+
+
+def assert_same(expected: Any, actual: Any, path: str = "value") -> None:
+    assert type(actual) is type(expected), f"{path}: {type(actual)} is not {type(expected)}"
+    if isinstance(expected, float) and math.isnan(expected):
+        assert math.isnan(actual), path
+    elif isinstance(expected, dict):
+        assert list(map(type, actual)) == list(map(type, expected)), f"{path}: key types"
+        assert list(actual) == list(expected), f"{path}: keys"
+        for key in expected:
+            assert_same(expected[key], actual[key], f"{path}[{key!r}]")
+        if isinstance(expected, defaultdict):
+            assert actual.default_factory is expected.default_factory, path
+    elif isinstance(expected, (list, tuple, deque)):
+        assert len(actual) == len(expected), f"{path}: length"
+        for i, (want, got) in enumerate(zip(expected, actual)):
+            assert_same(want, got, f"{path}[{i}]")
+        if isinstance(expected, deque):
+            assert actual.maxlen == expected.maxlen, f"{path}: maxlen"
+    elif isinstance(expected, BaseException):
+        assert_same(expected.args, actual.args, f"{path}.args")
+    elif dataclasses.is_dataclass(expected):
+        for field in dataclasses.fields(expected):
+            name = field.name
+            assert_same(getattr(expected, name), getattr(actual, name), f"{path}.{name}")
+    elif isinstance(expected, pydantic.BaseModel):
+        assert actual == expected, path
+        for name in type(expected).model_fields:
+            assert_same(getattr(expected, name), getattr(actual, name), f"{path}.{name}")
+    else:
+        assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+TAGS = {"$dict", "$map", "$str", "$int", "$float", "$tuple", "$set", "$frozenset", "$bytes",
+        "$bytearray", "$deque", "$odict", "$counter", "$defaultdict", "$datetime", "$date",
+        "$time", "$timedelta", "$timezone", "$zoneinfo", "$uuid", "$decimal", "$path", "$regex",
+        "$model", "$model_v1", "$dataclass", "$namedtuple", "$enum", "$error", "$send"}  # fmt: skip
+
+
+def assert_plain_json(data: Any, path: str = "value", literal_keys: bool = False) -> None:
+    """Only JSON types; a one-key `$` object is always one of our tags (so never
+    `$serde`, the codec's tag for other serializers), except the literal keys
+    held by a `$dict` escape."""
+    t = type(data)
+    if t is dict:
+        if len(data) == 1 and next(iter(data)).startswith("$") and not literal_keys:
+            tag = next(iter(data))
+            assert tag in TAGS, f"{path}: {tag} is not one of our tags"
+            assert_plain_json(data[tag], f"{path}.{tag}", literal_keys=tag == "$dict")
+            return
+        for key, value in data.items():
+            assert type(key) is str, path
+            assert_plain_json(key, f"{path} key")
+            assert_plain_json(value, f"{path}[{key!r}]")
+    elif t is list:
+        for i, item in enumerate(data):
+            assert_plain_json(item, f"{path}[{i}]")
+    elif t is str:
+        assert not re.search("[\x00\ud800-\udfff]", data), f"{path}: NUL or surrogate"
+    elif t is int:
+        assert -(2**63) <= data < 2**63, path
+    elif t is float:
+        assert math.isfinite(data), path
+    else:
+        assert data is None or t is bool, f"{path}: {t}"
+
+
+def round_trip(value: Any, serde: JsonSerializer | None = None) -> Any:
+    serde = serde or serializer()
+    data = serde.to_jsonable(value)
+    assert_plain_json(data)
+    out = serde.from_jsonable(orjson.loads(orjson.dumps(data)))
+    assert_same(value, out)
+    typed = serde.loads_typed(serde.dumps_typed(value))
+    assert_same(value, typed)
+    return data
+
+
+# --- the table ---
+
+AI = AIMessage(
+    content="Let me look that up.",
+    id="ai-1",
+    tool_calls=[{"name": "search", "args": {"q": "weather", "n": 3}, "id": "call-1"}],
+    usage_metadata={"input_tokens": 12, "output_tokens": 7, "total_tokens": 19},
+    response_metadata={"model_name": "m", "finish_reason": "tool_calls"},
+)
+TZ = timezone(timedelta(hours=5, minutes=30))
+
+CASES: dict[str, Any] = {
+    "none": None, "true": True, "int": 42, "neg int": -(2**63), "float": 1.5, "neg zero": -0.0,
+    "text": "héllo ✓ 🎉", "empty": "", "list": [1, "a", None],
+    "nested": {"a": [{"b": {"c": [1, 2.5, False]}}]},
+    "big int": 2**64, "huge negative": -(10**5000), "nan": math.nan, "inf": math.inf,
+    "-inf": -math.inf, "nan in list": [math.nan, 1.0],
+    "nul": "a\x00b", "surrogate": "x\ud800y\udfff", "only surrogate": "\udc80",
+    "surrogate key": {"k\ud801": 1}, "nul key": {"\x00": 2},
+    "int keys": {1: "a", 2: "b"}, "mixed keys": {"a": 1, 2: "b", None: 3, (1, 2): 4},
+    "frozenset key": {frozenset({1}): "x"},
+    "dollar key": {"$serde": ["json", "abc"]}, "dollar tag": {"$datetime": "2024-01-01"},
+    "dollar keys": {"$a": 1, "$b": 2}, "escaped escape": {"$dict": {"$dict": 1}},
+    "dollar only": {"$": None}, "lc shape": {"lc": 1, "type": "constructor", "id": ["os", "system"]},
+    "tuple": (1, (2, 3), ()), "set": {1, 2, 3}, "str set": {"b", "a"}, "mixed set": {1, "a", None},
+    "frozenset": frozenset({"x", (1, 2)}), "bytes": b"\x00\xffraw", "bytearray": bytearray(b"ab"),
+    "deque": deque([1, 2]), "deque maxlen": deque([1, 2, 3], maxlen=3),
+    "defaultdict": defaultdict(list, {"a": [1]}), "defaultdict none": defaultdict(None, {1: 2}),
+    "counter": Counter("hello"), "odict": OrderedDict([("b", 1), ("a", 2)]),
+    "odict int keys": OrderedDict([(2, 1), (1, 2)]), "odict dollar": OrderedDict([("$x", 1)]),
+    "datetime naive": datetime(2024, 1, 2, 3, 4, 5, 678901),
+    "datetime utc": datetime(2024, 1, 1, tzinfo=timezone.utc),
+    "datetime offset": datetime(2024, 6, 1, 12, tzinfo=TZ),
+    "datetime named tz": datetime(2024, 6, 1, tzinfo=timezone(timedelta(hours=-3), "BRT")),
+    "datetime zoneinfo": datetime(2024, 11, 3, 1, 30, tzinfo=ZoneInfo("America/New_York")),
+    "datetime fold": datetime(2024, 11, 3, 1, 30, fold=1, tzinfo=ZoneInfo("America/New_York")),
+    "date": date(1999, 12, 31), "time": time(23, 59, 59, 1), "time tz": time(1, 2, tzinfo=TZ),
+    "time zoneinfo": time(1, 2, tzinfo=ZoneInfo("Europe/Paris")),
+    "timedelta": timedelta(days=-2, seconds=5, microseconds=7), "timezone": TZ,
+    "timezone named": timezone(timedelta(hours=1), "CET"), "utc": timezone.utc,
+    "zoneinfo": ZoneInfo("Asia/Tokyo"), "uuid": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+    "decimal": Decimal("3.14159265358979323846264338327950288"), "decimal inf": Decimal("-Infinity"),
+    "path": pathlib.Path("/tmp/some file.txt"), "relative path": pathlib.Path("a/b"),
+    "regex": re.compile(r"^a+\d$", re.I | re.M), "bytes regex": re.compile(rb"\x00+"),
+    "human": HumanMessage("hi there", id="h1", name="ann"),
+    "human blocks": HumanMessage(content=[{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:"}}]),
+    "ai": AI, "ai empty": AIMessage(""), "tool": ToolMessage("42", tool_call_id="call-1", artifact={"raw": [1]}),
+    "tool error": ToolMessage("boom", tool_call_id="c", status="error"),
+    "system": SystemMessage("be brief"), "function": FunctionMessage("res", name="fn"),
+    "chat": ChatMessage("x", role="critic"), "remove": RemoveMessage(id="h1"),
+    "ai chunk": AIMessageChunk(content="par", tool_call_chunks=[{"name": "f", "args": '{"a"', "id": "c", "index": 0}]),
+    "human chunk": HumanMessageChunk("h"), "system chunk": SystemMessageChunk("s"),
+    "tool chunk": ToolMessageChunk("t", tool_call_id="c"), "function chunk": FunctionMessageChunk("f", name="n"),
+    "ai extra kwargs": AIMessage("x", additional_kwargs={"refusal": None, "$x": 1}, custom_field=[1, 2]),
+    "document": Document(page_content="text", metadata={"source": "a.txt", "page": 3}, id="d1"),
+    "agent action": AgentAction("search", {"q": 1}, "log"), "agent finish": AgentFinish({"out": 1}, "done"), "prompt value": ChatPromptValue(messages=[AI]),
+    "enum": Color.BLUE, "nested enum": Outer.Size.LARGE, "flag": Flags.A | Flags.B,
+    "dataclass": Point(1.0, -2.5), "frozen": Frozen("f", ("a", "b")),
+    "init false": WithLater(2, [Point(1, 2)]), "slots": Slotted(datetime(2020, 1, 1), Frozen("z")),
+    "namedtuple": Pair(1, Pair("a")), "typeddict": Person(name="ann", age=3),
+    "pydantic": Profile(name="p", when=datetime(2024, 1, 1), color=Color.BLUE, history=[HumanMessage("q")], extra={"$k": {1: 2}}),
+    "pydantic extra": LooseModel(a=1, b=(1, 2)), "pydantic v1": OldModel(name="o", count=3),
+    "exception": ValueError("bad", 3), "user exception": MyError({"a": 1}),
+    "send": Send("node", {"x": 1}), "send timeout": Send("node", [AI], timeout=5.0),
+    "interrupt": Interrupt(value={"question": "ok?"}, id="i1"),
+    "command": Command(resume={"i1": "yes"}, goto=[Send("a", 1), "b"], update={"k": (1,)}),
+    "command parent": Command(graph=Command.PARENT, goto="x"),
+    "overwrite": Overwrite(value=[1, 2]), "delta snapshot": _DeltaSnapshot([AI, HumanMessage("q")]),
+    "state": {"messages": [HumanMessage("q"), AI], "count": 1, "seen": {"a"}, "when": date(2024, 1, 1)},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_round_trip_table(name: str) -> None:
+    round_trip(CASES[name])
+
+
+def test_it_is_a_serializer_protocol() -> None:
+    assert isinstance(JsonSerializer(), SerializerProtocol)
+    assert JsonSerializer().dumps_typed({"a": 1}) == ("json", b'{"a":1}')
+
+
+def test_message_content_is_plain_text() -> None:
+    text = orjson.dumps(serializer().to_jsonable({"messages": [AI, HumanMessage("What's up?")]}))
+    assert b'"content":"Let me look that up."' in text
+    assert b'"content":"What\'s up?"' in text
+    assert b'"tool_calls":[{"name":"search","args":{"q":"weather","n":3}' in text
+
+
+def test_tags_as_documented() -> None:
+    encode = serializer().to_jsonable
+    assert encode(datetime(2024, 1, 1, tzinfo=timezone.utc)) == {"$datetime": "2024-01-01T00:00:00+00:00"}
+    assert encode({"$serde": 1}) == {"$dict": {"$serde": 1}}
+    assert encode({"$a": 1, "b": 2}) == {"$a": 1, "b": 2}  # two keys: not a tag
+    assert encode((1,)) == {"$tuple": [1]}
+    assert encode({1: 2}) == {"$map": [[1, 2]]}
+    assert encode("a\x00") == {"$str": ["a", 0]}
+    assert encode(2**64) == {"$int": "18446744073709551616"}
+    assert encode(math.nan) == {"$float": "nan"}
+    assert encode(Color.RED) == {"$enum": {"class": f"{__name__}:Color", "value": "red"}}
+    assert encode(Outer.Size.SMALL)["$enum"]["class"] == f"{__name__}:Outer.Size"
+    assert encode(HumanMessage("hi")) == {"$model": {"class": "HumanMessage", "fields": {"content": "hi"}}}
+    assert encode(deque([1], maxlen=2)) == {"$deque": {"items": [1], "maxlen": 2}}
+
+
+def test_set_text_is_stable() -> None:
+    encode = serializer().to_jsonable
+    assert encode({"b", "c", "a"}) == {"$set": ["a", "b", "c"]}
+
+
+def test_unencodable_value_names_its_type() -> None:
+    class Opaque:
+        pass
+
+    with pytest.raises(SerializationError, match=r"test_serializer\..*Opaque"):
+        serializer().dumps_typed({"x": [Opaque()]})
+    with pytest.raises(SerializationError, match="function"):
+        serializer().dumps_typed(lambda: 1)
+    with pytest.raises(SerializationError, match="default_factory"):
+        serializer().dumps_typed(defaultdict(lambda: 1))
+
+
+def test_self_containing_value_is_refused() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(SerializationError, match="contains itself"):
+        serializer().dumps_typed(loop)
+
+
+def test_user_class_needs_the_allowlist() -> None:
+    data = serializer().dumps_typed(Point(1, 2))
+    with pytest.raises(SerializationError, match=rf"'{__name__}:Point'.*allowed_classes"):
+        JsonSerializer().loads_typed(data)
+    assert JsonSerializer(allowed_classes=[Point]).loads_typed(data) == Point(1, 2)
+
+
+def test_with_msgpack_allowlist_takes_langgraph_pairs() -> None:
+    # LangGraph names classes by (module, __name__); a nested class is found too.
+    base = JsonSerializer()
+    values = [Point(1, 2), Outer.Size.SMALL, Profile(name="x")]
+    stored = [base.dumps_typed(v) for v in values]
+    for data in stored:
+        with pytest.raises(SerializationError):
+            base.loads_typed(data)
+    keys = {(cls.__module__, cls.__name__) for cls in (Point, Outer.Size, Profile, Color)}
+    clone = base.with_msgpack_allowlist(keys)
+    assert clone is not base
+    assert [clone.loads_typed(data) for data in stored] == values
+    with pytest.raises(SerializationError):  # the original is unchanged
+        base.loads_typed(stored[0])
+    via_init = JsonSerializer(allowlist=keys)
+    assert [via_init.loads_typed(data) for data in stored] == values
+
+
+def test_allowlist_pair_for_module_imported_later() -> None:
+    serde = JsonSerializer(allowlist=[("telar_test_late_module", "Late")])
+    import sys
+    import types
+
+    module = types.ModuleType("telar_test_late_module")
+    exec("import enum\nclass Late(enum.Enum):\n    X = 1\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    try:
+        value = module.Late.X
+        assert serde.loads_typed(serde.dumps_typed(value)) is value
+    finally:
+        del sys.modules[module.__name__]
