@@ -166,7 +166,7 @@ def _timedelta(payload: Any, tag: str = "$timedelta") -> timedelta:
 def _timezone(payload: Any, dec: Decode) -> timezone:
     record = _record(payload, "$timezone", ("offset", "name"))
     offset = _timedelta(record["offset"], "$timezone")
-    name = _want(record["name"], (str, type(None)), "$timezone")
+    name = _want(dec(record["name"]), (str, type(None)), "$timezone")
     try:
         return timezone(offset) if name is None else timezone(offset, name)
     except ValueError as exc:
@@ -219,7 +219,7 @@ TAGS: dict[str, Callable[[Any, Decode], Any]] = {
     "$zoneinfo": _zoneinfo,
     "$uuid": lambda p, dec: _parse(UUID, p, "$uuid"),
     "$decimal": lambda p, dec: _parse(Decimal, p, "$decimal"),
-    "$path": lambda p, dec: pathlib.Path(_want(p, str, "$path")),
+    "$path": lambda p, dec: pathlib.Path(_want(dec(p), str, "$path")),
     "$regex": _regex,
 }
 

@@ -143,7 +143,7 @@ def _encode_time(obj: time) -> Any:
 def _encode_timezone(obj: timezone) -> Any:
     args = obj.__getinitargs__()
     name = args[1] if len(args) > 1 else None
-    return {"$timezone": {"offset": _timedelta(args[0]), "name": name}}
+    return {"$timezone": {"offset": _timedelta(args[0]), "name": to_jsonable(name)}}
 
 
 def _encode_zoneinfo(obj: ZoneInfo) -> Any:
@@ -223,6 +223,11 @@ def _model_encoder(cls: type[pydantic.BaseModel]) -> Callable[[Any], Any]:
         extra = obj.__pydantic_extra__
         if extra:
             for field, value in extra.items():
+                if not _plain_key(field):
+                    raise SerializationError(
+                        f"cannot store extra field {field!r} of {name}: "
+                        "its name holds NUL or a lone surrogate"
+                    )
                 fields[field] = to_jsonable(value)
         return {"$model": {"class": name, "fields": fields}}
 
@@ -296,7 +301,7 @@ def _encoder_for_class(cls: type) -> Callable[[Any], Any]:
     elif issubclass(cls, BaseException):
         encode = _error_encoder(cls)
     elif cls in (pathlib.PosixPath, pathlib.WindowsPath):
-        encode = lambda obj: {"$path": str(obj)}  # noqa: E731
+        encode = lambda obj: {"$path": to_jsonable(str(obj))}  # noqa: E731
     elif issubclass(cls, ZoneInfo):
         encode = _encode_zoneinfo
     else:
