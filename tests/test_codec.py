@@ -1,0 +1,339 @@
+"""The pure codec: golden files both ways, versions, projections, replacement and history depth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from telar_checkpoint import (
+    CheckpointCodec,
+    CheckpointDroppedError,
+    CheckpointRecord,
+    CorruptLineError,
+    ForeignDataError,
+    UnknownFormatError,
+    UsageError,
+    WriteRecord,
+)
+from telar_checkpoint.history import History
+
+GOLDEN = Path(__file__).parent / "golden"
+codec = CheckpointCodec()
+
+
+def record(n: int, parent: int | None, step: int, source: str = "loop", ns: str = "", root: int | None = None, **extra) -> CheckpointRecord:
+    """A checkpoint whose id is `n` zero-padded (ids sort like LangGraph's uuid6)."""
+    metadata = {"source": source, "step": step, "parents": {"": f"{root:08d}"} if root is not None else {}}
+    metadata.update(extra.pop("metadata", {}))
+    checkpoint = {
+        "v": 4, "id": f"{n:08d}", "ts": f"2026-01-01T00:00:{n % 60:02d}+00:00",
+        "channel_values": extra.pop("values", {"count": n}), "channel_versions": {"count": n},
+        "versions_seen": {}, "updated_channels": None,
+    }
+    return CheckpointRecord(checkpoint, metadata, ns, f"{parent:08d}" if parent is not None else None, **extra)
+
+
+def build(*records: CheckpointRecord, max_history: int | None = None) -> str:
+    text = None
+    for r in records:
+        text = codec.append(text, r, max_history)
+    return text or ""
+
+
+def ids(text: str, ns: str | None = "") -> list[str]:
+    return [r.id for r in codec.decode_history("t", text) if ns is None or r.checkpoint_ns == ns]
+
+
+# --- golden files: the format cannot drift unnoticed ------------------------------------
+
+
+@pytest.mark.parametrize("name, versions", [("v1.jsonl", {1}), ("v2.jsonl", {1, 2})])
+def test_golden_decodes_and_reencodes_exactly(name, versions) -> None:
+    golden = (GOLDEN / name).read_text(encoding="utf-8")
+    assert {orjson.loads(line)["format"] for line in golden.splitlines()} == versions
+    records = codec.decode_history("g", golden)
+    assert records and records[-1].metadata["source"] == "loop"
+    assert codec.decode("g", golden) == max((r for r in records if not r.checkpoint_ns), key=lambda r: r.id)
+    assert build(*records) == golden
+
+
+def test_golden_v1_content_is_pinned() -> None:
+    records = codec.decode_history("g", (GOLDEN / "v1.jsonl").read_text(encoding="utf-8"))
+    assert [(r.metadata["source"], r.metadata["step"]) for r in records] == [("input", -1), ("loop", 0), ("loop", 1)]
+    assert records[1].checkpoint["channel_values"]["request"] == "golden"
+    interrupts = [w for w in records[-1].writes if w.channel == "__interrupt__"]
+    assert interrupts and interrupts[0].value[0].value == {"question": "approve golden?"}
+    assert all(r.parent_id == p.id for r, p in zip(records[1:], records))
+
+
+def test_golden_v2_lines_carry_namespace_and_parents() -> None:
+    golden = (GOLDEN / "v2.jsonl").read_text(encoding="utf-8")
+    for line in map(orjson.loads, golden.splitlines()):
+        assert (line["format"] == 2) == ("ns" in line)
+        if line["format"] == 2 and line["kind"] == "checkpoint":
+            assert line["parents"][""] and "parents" not in line["metadata"]
+    sub = [r for r in codec.decode_history("g", golden) if r.checkpoint_ns]
+    assert sub and all(r.metadata["parents"][""] for r in sub)
+
+
+@pytest.mark.parametrize("name", ["v1.jsonl", "v2.jsonl"])
+def test_golden_truncated_anywhere_keeps_every_complete_line(name) -> None:
+    golden = (GOLDEN / name).read_text(encoding="utf-8")
+    for cut in range(0, len(golden), 97):
+        truncated = golden[:cut]
+        complete = truncated[: truncated.rfind("\n") + 1]
+        assert codec.decode_history("g", truncated) == codec.decode_history("g", complete)
+        assert History.parse("g", truncated).torn == (truncated[len(complete):] or None)
+
+
+@pytest.mark.parametrize("name", ["v1.jsonl", "v2.jsonl"])
+def test_golden_with_junk_appended(name) -> None:
+    golden = (GOLDEN / name).read_text(encoding="utf-8")
+    n = golden.count("\n")
+    with pytest.raises(CorruptLineError, match=rf"thread 'g', line {n + 1}: not valid JSON"):
+        codec.decode_history("g", golden + "junk\n")
+    # Junk without a newline is a torn last line: reported, dropped, nothing lost.
+    assert codec.decode_history("g", golden + '{"format":1,"ki') == codec.decode_history("g", golden)
+    # A torn tail is never written over: the next append rewrites without it.
+    assert build(*codec.decode_history("g", golden)) == golden
+    assert codec.append(golden + '{"form', record(99999999, None, 9)).startswith(golden)
+
+
+# --- versions ---------------------------------------------------------------------------
+
+
+def test_root_lines_are_version_1_and_subgraph_lines_version_2() -> None:
+    text = build(record(1, None, 0), record(2, None, 0, ns="child:1", root=1))
+    formats = [orjson.loads(line)["format"] for line in text.splitlines()]
+    assert formats == [1, 2]
+    assert orjson.loads(text.splitlines()[1])["ns"] == "child:1"
+
+
+@pytest.mark.parametrize("version", [0, 3, 99, "1", 1.0, None, True])
+def test_unknown_format_version_is_refused_with_thread_line_and_version(version) -> None:
+    good = build(record(1, None, 0))
+    line = orjson.loads(good)
+    line["format"] = version
+    bad = good + orjson.dumps(line).decode() + "\n"
+    with pytest.raises(UnknownFormatError, match=rf"thread 't', line 2: has format version {version!r}"):
+        codec.decode_history("t", bad)
+
+
+def test_missing_format_version_is_refused() -> None:
+    good = build(record(1, None, 0))
+    line = orjson.loads(good)
+    del line["format"]
+    with pytest.raises(UnknownFormatError, match="thread 't', line 2: has no format version"):
+        codec.decode_history("t", good + orjson.dumps(line).decode() + "\n")
+
+
+def test_a_version_1_line_may_not_carry_a_namespace() -> None:
+    line = orjson.loads(build(record(1, None, 0, ns="child:1", root=1)))
+    line["format"] = 1
+    with pytest.raises(CorruptLineError, match="line 1: a version 1 line has no namespace"):
+        codec.decode_history("t", orjson.dumps(line).decode() + "\n")
+
+
+def test_langgraph_checkpoint_v_is_kept_apart_from_our_format_version() -> None:
+    r = record(1, None, 0)
+    r.checkpoint["v"] = 7
+    line = orjson.loads(build(r))
+    assert line["format"] == 1 and line["checkpoint"]["v"] == 7
+    assert codec.decode("t", build(r)).checkpoint["v"] == 7
+
+
+def test_projections_are_ignored_on_read() -> None:
+    text = build(record(1, None, 0), record(2, 1, 1))
+    lines = [orjson.loads(line) for line in text.splitlines()]
+    for line in lines:
+        line["step"], line["source"] = 1000, "fork"
+    edited = "".join(orjson.dumps(line).decode() + "\n" for line in lines)
+    assert edited != text
+    assert codec.decode_history("t", edited) == codec.decode_history("t", text)
+    # Replacement follows the authoritative metadata, not the projection "fork".
+    assert ids(codec.append(edited, record(3, 2, 2))) == ["00000001", "00000002", "00000003"]
+
+
+def test_channel_versions_keep_their_json_type() -> None:
+    r = record(1, None, 0)
+    r.checkpoint["channel_versions"] = {"a": 3, "b": "00000000000000000000000000000002.0.5"}
+    assert codec.decode("t", build(r)).checkpoint["channel_versions"] == r.checkpoint["channel_versions"]
+
+
+def test_a_foreign_or_corrupt_first_line_is_an_error_not_an_empty_thread() -> None:
+    with pytest.raises(CorruptLineError, match="thread 't', line 1"):
+        codec.decode_history("t", "name,age\nann,3\n")
+    with pytest.raises(CorruptLineError):
+        codec.append("name,age\nann,3\n", record(1, None, 0))
+    assert not issubclass(ForeignDataError, CorruptLineError)
+
+
+def test_u2028_in_values_does_not_split_lines() -> None:
+    r = record(1, None, 0, values={"text": "a\u2028b\u2029c\rd"})
+    assert codec.decode("t", build(r)).checkpoint["channel_values"]["text"] == "a\u2028b\u2029c\rd"
+
+
+# --- pending writes ---------------------------------------------------------------------
+
+
+def test_writes_are_appended_and_folded_into_their_checkpoint() -> None:
+    text = build(record(1, None, 0))
+    after = codec.add_writes(text, "", "00000001", "task", [(0, "a", 1), (1, "b", [2])], "path")
+    assert after.startswith(text) and after.count("\n") == 2
+    (r,) = codec.decode_history("t", after)
+    assert [(w.channel, w.value, w.task_path) for w in r.writes] == [("a", 1, "path"), ("b", [2], "path")]
+
+
+def test_regular_writes_are_idempotent_and_special_ones_overwrite() -> None:
+    text = codec.add_writes(build(record(1, None, 0)), "", "00000001", "task", [(0, "a", 1), (-1, "__error__", "x")])
+    again = codec.add_writes(text, "", "00000001", "task", [(0, "a", 99)])
+    assert again == text
+    special = codec.add_writes(text, "", "00000001", "task", [(-1, "__error__", "y")])
+    (r,) = codec.decode_history("t", special)
+    assert {w.channel: w.value for w in r.writes} == {"a": 1, "__error__": "y"}
+
+
+def test_writes_before_their_put_are_kept() -> None:
+    text = codec.add_writes(build(record(1, None, 0)), "", "00000002", "task", [(0, "a", 1)])
+    text = codec.append(text, record(2, 1, 1))
+    latest = codec.decode("t", text)
+    assert latest.id == "00000002" and [w.value for w in latest.writes] == [1]
+
+
+def test_writes_come_back_in_writes_sort_key_order() -> None:
+    text = build(record(1, None, 0))
+    for task, path in [("b", "~p, 2"), ("a", "~p, 2"), ("c", "~p, 1")]:
+        text = codec.add_writes(text, "", "00000001", task, [(1, "x", task), (0, "x", task)], path)
+    order = [(w.task_path, w.task_id, w.idx) for w in codec.decode("t", text).writes]
+    assert order == sorted(order)
+
+
+def test_a_put_of_a_stored_id_updates_it_in_place_and_keeps_its_writes() -> None:
+    text = codec.add_writes(build(record(1, None, 0), record(2, 1, 1)), "", "00000001", "task", [(0, "a", 1)])
+    updated = record(1, None, 0, values={"count": "new"})
+    text = codec.append(text, updated)
+    first, second = codec.decode_history("t", text)
+    assert first.checkpoint["channel_values"] == {"count": "new"} and [w.value for w in first.writes] == [1]
+    assert second.id == "00000002"
+
+
+# --- replacement: a history is the path that led to the current state ------------------------
+
+
+def linear(n: int) -> list[CheckpointRecord]:
+    """input (step -1) then loop steps 0..n-2, ids 1..n."""
+    return [record(1, None, -1, "input")] + [record(i, i - 1, i - 2) for i in range(2, n + 1)]
+
+
+def test_a_fork_drops_nothing_until_the_run_moves_on() -> None:
+    base = build(*linear(5))  # ids 1..5, steps -1..3
+    forked = codec.append(base, record(10, 3, 2, "fork"))  # replay from step 1 (id 3)
+    assert ids(forked) == ["00000001", "00000002", "00000003", "00000004", "00000005", "00000010"]
+    moved = codec.append(forked, record(11, 10, 3))
+    assert ids(moved) == ["00000001", "00000002", "00000003", "00000010", "00000011"]
+
+
+def test_several_forks_in_a_row_then_moving_on_drops_the_others() -> None:
+    text = build(*linear(5))
+    text = codec.append(text, record(10, 2, 1, "update"))  # travel to step 0
+    text = codec.append(text, record(11, 3, 2, "fork"))  # then to step 1
+    assert len(ids(text)) == 7
+    text = codec.append(text, record(12, 11, 3))
+    assert ids(text) == ["00000001", "00000002", "00000003", "00000011", "00000012"]
+    with pytest.raises(CheckpointDroppedError, match="00000010 was replaced"):
+        codec.find("t", codec.parse("t", text), "", "00000010")
+    assert codec.find("t", codec.parse("t", text), "", "00000099") is None
+
+
+def test_update_on_the_head_then_moving_on_drops_nothing() -> None:
+    text = build(*linear(4), record(10, 4, 3, "update"), record(11, 10, 4))
+    assert ids(text) == ["00000001", "00000002", "00000003", "00000004", "00000010", "00000011"]
+
+
+def test_copy_whose_parent_is_the_copied_checkpoints_parent() -> None:
+    # __copy__ of the head (id 4, step 2): a fork with the head's parent (id 3) and step 3.
+    text = build(*linear(4), record(10, 3, 3, "fork"), record(11, 10, 4, "input"))
+    assert ids(text) == ["00000001", "00000002", "00000003", "00000010", "00000011"]
+
+
+def test_an_update_on_an_update_finds_the_branch_point_above_both() -> None:
+    text = build(*linear(5), record(10, 3, 2, "update"), record(11, 10, 3, "update"), record(12, 11, 4))
+    assert ids(text) == ["00000001", "00000002", "00000003", "00000010", "00000011", "00000012"]
+
+
+def test_a_put_whose_parent_is_not_stored_drops_nothing() -> None:
+    text = build(*linear(3), record(10, 2, 0, "fork"), record(11, 77, 1))
+    assert len(ids(text)) == 5
+
+
+def test_a_fork_whose_own_parent_is_gone_replaces_from_its_own_step() -> None:
+    text = build(*linear(4), record(10, 77, 1, "fork"), record(11, 10, 2))
+    assert ids(text) == ["00000001", "00000002", "00000010", "00000011"]
+
+
+def test_replacement_drops_subgraph_checkpoints_of_dropped_root_checkpoints() -> None:
+    text = build(*linear(4), record(20, None, -1, "input", ns="child:x", root=4), record(21, 20, 0, ns="child:x", root=4))
+    text = codec.append(text, record(10, 3, 2, "fork"))
+    assert ids(text, "child:x") == ["00000020", "00000021"]
+    text = codec.append(text, record(11, 10, 3))
+    assert ids(text, "child:x") == [] and "00000004" not in ids(text)
+
+
+# --- history depth ----------------------------------------------------------------------
+
+
+def test_max_history_keeps_the_last_n_root_checkpoints() -> None:
+    text = build(*linear(30), max_history=5)
+    assert ids(text) == [f"{i:08d}" for i in range(26, 31)]
+    with pytest.raises(CheckpointDroppedError, match="00000003 was trimmed"):
+        codec.find("t", codec.parse("t", text), "", "00000003")
+
+
+def test_max_history_bounds_the_whole_thread_across_namespaces() -> None:
+    records = []
+    for i in range(1, 41):
+        records.append(record(i * 10, (i - 1) * 10 if i > 1 else None, i))
+        # Every root step runs a subgraph in a namespace of its own, of 3 checkpoints.
+        for j in range(3):
+            records.append(record(i * 10 + j + 1, i * 10 + j if j else None, j, ns=f"child:{i}", root=i * 10))
+    text = build(*records, max_history=4)
+    history = codec.decode_history("t", text)
+    assert [r.id for r in history if not r.checkpoint_ns] == ["00000370", "00000380", "00000390", "00000400"]
+    assert {r.checkpoint_ns for r in history if r.checkpoint_ns} == {"child:37", "child:38", "child:39", "child:40"}
+    assert len(history) <= 4 + 4 * 3
+
+
+def test_max_history_cuts_each_subgraph_namespace_to_its_last_n() -> None:
+    records = [record(1, None, 0)] + [record(i, i - 1 if i > 2 else None, i, ns="child:a", root=1) for i in range(2, 12)]
+    text = build(*records, max_history=3)
+    assert ids(text, "child:a") == ["00000009", "00000010", "00000011"]
+
+
+def test_trimming_keeps_the_ancestors_a_delta_channel_needs() -> None:
+    records = [record(1, None, 0, values={"msgs": "snapshot"})]
+    for i in range(2, 12):
+        counters = {"msgs": [i - 1, i - 1]}
+        records.append(record(i, i - 1, i - 1, values={}, metadata={"counters_since_delta_snapshot": counters}))
+    text = build(*records, max_history=3)
+    # The oldest kept checkpoint rebuilds "msgs" from the snapshot at id 1: all its ancestors stay.
+    assert ids(text)[0] == "00000001"
+    records.append(record(12, 11, 11, values={"msgs": "snapshot 2"}))
+    records.append(record(13, 12, 12, values={}, metadata={"counters_since_delta_snapshot": {"msgs": [1, 1]}}))
+    # Once the kept checkpoints no longer need the old snapshot, its chain goes.
+    text = build(*records, max_history=2)
+    assert ids(text) == ["00000012", "00000013"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "3"])
+def test_max_history_must_be_a_positive_integer(bad) -> None:
+    with pytest.raises(UsageError, match="max_history must be a positive integer"):
+        codec.append(None, record(1, None, 0), bad)
+
+
+def test_encode_is_one_line_and_a_history_can_be_copied_to_another_thread() -> None:
+    r = record(1, None, 0, writes=[WriteRecord("task", "a", 1, "p", 0)])
+    text = codec.encode(r)
+    assert text.count("\n") == 2 and "thread" not in orjson.loads(text.splitlines()[0])
+    assert codec.decode("other", text) == codec.decode("t", text) == r
