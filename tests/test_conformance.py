@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.report import ProgressCallbacks
 
-from telar_checkpoint import MemoryStore, TelarSaver
-from telar_checkpoint.stores import FileStore
+from telar_checkpoint import TelarSaver
 
 
-async def test_conformance_full(tmp_path) -> None:
-    counter = iter(range(1000))
-
-    @checkpointer_test(name="TelarSaver[file]")
+async def test_conformance_full(store, request) -> None:
+    @checkpointer_test(name=f"TelarSaver[{request.node.callspec.id}]")
     async def factory():
-        yield TelarSaver(FileStore(tmp_path / f"s{next(counter)}"))
+        yield TelarSaver(store)
 
     report = await validate(factory, progress=ProgressCallbacks.verbose())
     report.print_report()
     failures = {cap: r.failures for cap, r in report.results.items() if not r.passed}
     assert not failures, failures
     assert report.conformance_level() == "FULL"
+    assert sum(1 for r in report.results.values() if r.passed) == 8
