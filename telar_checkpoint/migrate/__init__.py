@@ -1,0 +1,24 @@
+"""Moving threads into telar-checkpoint and between its stores, without losing a paused run.
+
+`migrate(source, target)` copies every thread of any LangGraph saver into a
+`TelarSaver`; `reencode` rewrites a saver's threads in the current format;
+`export_thread` / `import_thread` move one thread as a `.jsonl` file;
+`open_source(url)` opens a saver to migrate from. See docs/MIGRATION.md.
+"""
+
+from telar_checkpoint.migrate._files import export_thread, import_thread
+from telar_checkpoint.migrate._migrate import MigrationConflictError, Progress, migrate, reencode
+from telar_checkpoint.migrate._report import LeftOut, MigrationReport
+from telar_checkpoint.migrate._sources import open_source
+
+__all__ = [
+    "LeftOut",
+    "MigrationConflictError",
+    "MigrationReport",
+    "Progress",
+    "export_thread",
+    "import_thread",
+    "migrate",
+    "open_source",
+    "reencode",
+]
