@@ -33,6 +33,13 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating a missi
 from telar_checkpoint.errors import StoreError, StoredDataError
 from telar_checkpoint.stores.base import Change, Store
 
+try:  # redis>=7: with maintenance notifications on ("auto"), the asyncio pool skips its dead-connection check
+    from redis.maint_notifications import MaintNotificationsConfig
+
+    _CLIENT_DEFAULTS: dict[str, Any] = {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+except ImportError:  # pragma: no cover - older redis
+    _CLIENT_DEFAULTS = {}
+
 SCHEMA_VERSION = 1
 """The layout of our keys; a prefix recording a newer one is refused."""
 
@@ -114,6 +121,7 @@ class RedisStore(Store):
             "socket_connect_timeout": connect_timeout,
             "socket_timeout": timeout,
             "retry": Retry(NoBackoff(), 0),
+            **_CLIENT_DEFAULTS,
             **client_options,
         }
         self._client = redis.Redis.from_url(url, **self._options)

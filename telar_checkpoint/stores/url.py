@@ -1,0 +1,94 @@
+"""`open_store`: a store from a URL, as a user would write it in a config or on a command line.
+
+``file:///abs/dir`` or a plain path, ``sqlite:///rel.db`` or ``sqlite:////abs/path.db`` (as in
+SQLAlchemy), ``postgresql://...`` (or ``postgres://``), ``redis://...`` (or ``rediss://``) and
+``memory://``. Server stores connect on first use; an unreachable server is a `StoreError`
+naming it, and a missing driver is a `UsageError` saying what to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from telar_checkpoint.errors import UsageError
+from telar_checkpoint.stores.base import Store
+
+SCHEMES = ("file", "sqlite", "postgresql", "postgres", "redis", "rediss", "memory")
+"""The URL schemes `open_store` knows."""
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+_DRIVERS = {
+    "postgres": ("telar_checkpoint.stores.postgres", "PostgresStore", "psycopg"),
+    "redis": ("telar_checkpoint.stores.redis", "RedisStore", "redis"),
+}
+
+
+def _shown(url: str) -> str:
+    """`url` for a message: a password in it is masked."""
+    return re.sub(r"//([^/@:]*):[^/@]*@", r"//\1:***@", url)
+
+
+def _path(url: str, scheme: str) -> str:
+    """The local path a ``file:`` or ``sqlite:`` URL names (``sqlite:///x`` is relative)."""
+    parts = urlsplit(url)
+    if parts.query or parts.fragment:
+        raise UsageError(f"store URL {url!r}: a {scheme} URL takes no query or fragment; pass options as arguments")
+    if parts.netloc not in ("", "localhost"):
+        raise UsageError(f"store URL {url!r}: a {scheme} URL names a local path, not a host ({parts.netloc!r})")
+    path = unquote(parts.path)
+    if scheme == "sqlite" and url.startswith("sqlite:///"):
+        path = path[1:]  # sqlite:///rel.db is relative, sqlite:////abs.db absolute
+    if not path:
+        raise UsageError(f"store URL {url!r} names no path; e.g. {scheme}:///{'data.db' if scheme == 'sqlite' else 'dir'}")
+    return path
+
+
+def _server_store(kind: str, url: str, options: dict[str, Any]) -> Store:
+    module_name, class_name, driver = _DRIVERS[kind]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(
+            f"store URL {_shown(url)!r}: the {driver} package is not installed; "
+            f"pip install 'telar-checkpoint[{kind}]'"
+        ) from exc
+    store: Store = getattr(module, class_name)(url, **options)
+    return store
+
+
+def open_store(url: str, **options: Any) -> Store:
+    """The store `url` names; `options` go to the store's constructor.
+
+    >>> open_store("memory://").kind
+    'memory'
+    """
+    match = _SCHEME.match(url)
+    scheme = match.group(1).lower() if match and (len(match.group(1)) > 1 or "://" in url) else None
+    try:
+        if scheme is None or scheme == "file":
+            from telar_checkpoint.stores.file import FileStore
+
+            return FileStore(url if scheme is None else _path(url, "file"), **options)
+        if scheme == "sqlite":
+            from telar_checkpoint.stores.sqlite import SQLiteStore
+
+            return SQLiteStore(_path(url, "sqlite"), **options)
+        if scheme in ("postgresql", "postgres"):
+            return _server_store("postgres", url, options)
+        if scheme in ("redis", "rediss"):
+            return _server_store("redis", url, options)
+        if scheme == "memory":
+            if url.rstrip("/") not in ("memory:", "memory:/") or options:
+                raise UsageError(f"store URL {url!r}: write memory:// (a memory store takes no path or options)")
+            from telar_checkpoint.stores.memory import MemoryStore
+
+            return MemoryStore()
+    except TypeError as exc:
+        raise UsageError(f"store URL {_shown(url)!r}: bad option: {exc}") from exc
+    raise UsageError(
+        f"store URL {_shown(url)!r}: unknown scheme {scheme!r}; supported: "
+        "file:///dir (or a plain path), sqlite:///file.db, postgresql://..., redis://..., memory://"
+    )

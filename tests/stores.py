@@ -1,0 +1,164 @@
+"""Every store kind, each given its own isolated space per test (a helper module, not tests).
+
+`make_store(kind, tmp_path, request)` builds a store and registers its cleanup:
+file and sqlite live under `tmp_path`, postgres gets a fresh schema (dropped
+after), redis a unique key prefix (its keys deleted after). A server that
+cannot be reached skips the test, or fails it when ``CI=true``. The servers
+are taken from ``TELAR_TEST_POSTGRES`` / ``TELAR_TEST_REDIS`` when set.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from telar_checkpoint.stores import FileStore, MemoryStore, Store
+from telar_checkpoint.stores.sqlite import SQLiteStore
+
+STORE_KINDS = ["memory", "file", "sqlite", "postgres", "redis"]
+LOCAL_KINDS = ["memory", "file", "sqlite"]
+SERVER_KINDS = ["postgres", "redis"]
+SHARED_KINDS = ["file", "sqlite", "postgres", "redis"]  # several processes can open the same one
+
+POSTGRES_URL = os.environ.get("TELAR_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("TELAR_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+def unavailable(what: str) -> None:
+    """Skip the test because `what` is missing, or fail it on CI, where everything must run."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} (CI=true: server tests must run)", pytrace=False)
+    pytest.skip(what)
+
+
+@functools.cache
+def postgres_problem() -> str | None:
+    """Why the test PostgreSQL server cannot be used, or None when it can."""
+    try:
+        import psycopg
+        from telar_checkpoint.stores.postgres import server_name
+
+        with psycopg.connect(POSTGRES_URL, connect_timeout=2):
+            return None
+    except ImportError:
+        return "psycopg is not installed"
+    except Exception:
+        return f"PostgreSQL server at {server_name(POSTGRES_URL)} not reachable"
+
+
+@functools.cache
+def redis_problem() -> str | None:
+    """Why the test Redis server cannot be used, or None when it can."""
+    try:
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+        client.ping()
+        client.close()
+        return None
+    except ImportError:
+        return "redis is not installed"
+    except Exception:
+        kwargs = redis.Redis.from_url(REDIS_URL).connection_pool.connection_kwargs
+        return f"Redis server at {kwargs.get('host')}:{kwargs.get('port')} not reachable"
+
+
+def require_server(kind: str) -> None:
+    problem = postgres_problem() if kind == "postgres" else redis_problem() if kind == "redis" else None
+    if problem:
+        unavailable(problem)
+
+
+def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    """A new store of `kind` in a space of its own, closed and cleaned up after the test."""
+    tag = f"telar_test_{uuid.uuid4().hex[:12]}"
+    require_server(kind)
+    store: Store
+    if kind == "memory":
+        store = MemoryStore()
+    elif kind == "file":
+        store = FileStore(tmp_path / "store")
+    elif kind == "sqlite":
+        store = SQLiteStore(tmp_path / "db.sqlite")
+    elif kind == "postgres":
+        from telar_checkpoint.stores.postgres import PostgresStore
+
+        store = PostgresStore(POSTGRES_URL, schema=tag, connect_timeout=2, application_name=tag)
+        request.addfinalizer(lambda: postgres_admin(f'DROP SCHEMA IF EXISTS "{tag}" CASCADE'))
+    elif kind == "redis":
+        from telar_checkpoint.stores.redis import RedisStore
+
+        store = RedisStore(REDIS_URL, prefix=f"{tag}:", connect_timeout=2, client_name=tag)
+        request.addfinalizer(lambda: redis_delete_prefix(f"{tag}:"))
+    else:
+        raise ValueError(f"unknown store kind {kind!r}")
+    request.addfinalizer(store.close)
+    return store
+
+
+def describe(store: Store) -> tuple[str, dict[str, Any]]:
+    """What another process needs to open the same store (see `reopen`)."""
+    if isinstance(store, FileStore):
+        return "file", {"directory": str(store.directory)}
+    if isinstance(store, SQLiteStore):
+        return "sqlite", {"path": str(store.path)}
+    if store.kind == "postgres":
+        return "postgres", {"conninfo": store.conninfo, "schema": store.schema}  # type: ignore[attr-defined]
+    if store.kind == "redis":
+        return "redis", {"url": store.url, "prefix": store.prefix}  # type: ignore[attr-defined]
+    raise ValueError(f"a {store.kind} store cannot be shared between processes")
+
+
+def reopen(description: tuple[str, dict[str, Any]]) -> Store:
+    """A new store object on the space that `describe` described."""
+    kind, options = description
+    if kind == "file":
+        return FileStore(**options)
+    if kind == "sqlite":
+        return SQLiteStore(**options)
+    if kind == "postgres":
+        from telar_checkpoint.stores.postgres import PostgresStore
+
+        return PostgresStore(**options)
+    from telar_checkpoint.stores.redis import RedisStore
+
+    return RedisStore(**options)
+
+
+def postgres_admin(statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run `statement` on the test server outside any store (setup, cleanup, fault injection)."""
+    import psycopg
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=2) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def redis_admin() -> Any:
+    import redis
+
+    return redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+
+
+def redis_delete_prefix(prefix: str) -> None:
+    client = redis_admin()
+    try:
+        for key in client.scan_iter(match=prefix.encode() + b"*", count=1000):
+            client.delete(key)
+    finally:
+        client.close()
+
+
+def append_lines(description: tuple[str, dict[str, Any]], worker: int, count: int) -> None:
+    """Append `count` lines ``worker:i`` to the key "shared", one update each (run in a child process)."""
+    store = reopen(description)
+    try:
+        for i in range(count):
+            store.update("shared", lambda old, line=f"{worker}:{i}\n": (old or "") + line)
+    finally:
+        store.close()
