@@ -1,0 +1,200 @@
+"""The commands that look: threads, history, show, diff, verify. Each prints and returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from telar_checkpoint.cli._output import ProgressBar, compact, plural, table, to_json, when
+from telar_checkpoint.errors import UsageError
+from telar_checkpoint.inspect import (
+    diff_checkpoints,
+    list_threads,
+    read_thread,
+    show_checkpoint,
+    thread_history,
+)
+from telar_checkpoint.stores.base import Store
+from telar_checkpoint.verify import verify_store
+
+EXIT_FAILED = 1  # verify found errors, or the user said no
+
+
+def local_path(url: str) -> Path | None:
+    """The directory or database file a local store URL names (None for server and memory URLs)."""
+    if "://" not in url and not url.startswith(("file:", "sqlite:")):
+        return Path(url)
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return Path(unquote(parts.path))
+    if parts.scheme == "sqlite":
+        path = unquote(parts.path)
+        return Path(path[1:] if url.startswith("sqlite:///") else path)
+    return None
+
+
+@contextlib.contextmanager
+def opened(url: str, *, create: bool = False) -> Iterator[Store]:
+    """The store `url` names, closed after use. Unless `create`, a local store must exist
+    (so a mistyped path is an error, not a new empty store)."""
+    from telar_checkpoint.stores.url import open_store
+
+    path = local_path(url)
+    if not create and path is not None and not path.exists():
+        raise UsageError(f"no store at {url!r}: {path} does not exist")
+    store = open_store(url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def cmd_threads(args: argparse.Namespace) -> int:
+    with opened(args.url) as store:
+        bar = ProgressBar("reading threads", args.progress)
+        try:
+            listing = list_threads(store, progress=bar)
+        finally:
+            bar.close()
+    if args.json:
+        print(to_json(listing))
+        return 0
+    rows = [
+        [t.thread_id, t.checkpoints, t.latest_step, when(t.updated), t.size, "torn last line" if t.torn else ""]
+        for t in listing.threads
+    ]
+    headers = ["THREAD", "CHECKPOINTS", "LATEST STEP", "UPDATED (UTC)", "BYTES", "NOTE"]
+    if rows:
+        print(table(headers if any(r[-1] for r in rows) else headers[:-1],
+                    [r if any(x[-1] for x in rows) else r[:-1] for r in rows], right=(1, 2, 4)))
+    total = sum(t.size for t in listing.threads)
+    print(f"{plural(len(listing.threads), 'thread')}, {total} bytes")
+    if listing.corrupt:
+        print(f"\nCorrupt threads ({len(listing.corrupt)}; `telar-checkpoint verify` says more):")
+        for bad in listing.corrupt:
+            print(f"  {bad.thread_id}: {bad.error}")
+    if listing.foreign:
+        print(f"\nForeign entries ({len(listing.foreign)}; not histories of ours, never touched):")
+        for name in listing.foreign:
+            print(f"  {name}")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    with opened(args.url) as store:
+        text = read_thread(store, args.thread)
+    infos = thread_history(args.thread, text, ns=args.ns)
+    if args.json:
+        print(to_json(infos))
+        return 0
+    print(history_table(infos))
+    return 0
+
+
+def history_table(infos: list) -> str:
+    """The `history` table: one checkpoint a row, oldest first."""
+    rows = [
+        [i.id, i.ns or "", i.step, i.source, when(i.ts), i.format, ", ".join(i.next),
+         " ".join(compact(v) for v in i.interrupts)]
+        for i in infos
+    ]
+    headers = ["CHECKPOINT", "NAMESPACE", "STEP", "SOURCE", "TIME (UTC)", "V", "NEXT", "INTERRUPTS"]
+    if not any(i.ns for i in infos):  # no subgraph: leave out the empty column
+        headers.pop(1)
+        rows = [r[:1] + r[2:] for r in rows]
+        right = (1, 4)
+    else:
+        right = (2, 5)
+    return table(headers, rows, right=right) + f"\n{plural(len(infos), 'checkpoint')}"
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with opened(args.url) as store:
+        text = read_thread(store, args.thread)
+    view = show_checkpoint(args.thread, text, args.checkpoint, ns=args.ns)
+    if args.json:
+        print(to_json(view))
+        return 0
+    info = view.info
+    print(f"checkpoint  {info.id}")
+    if info.ns:
+        print(f"namespace   {info.ns}")
+    print(f"step        {info.step} ({info.source}), format {info.format}, {when(info.ts)} UTC")
+    print(f"parent      {info.parent or '-'}")
+    print(f"next        {', '.join(info.next) or '-'}")
+    if info.interrupts:
+        print(f"interrupts  {' '.join(compact(v) for v in info.interrupts)}")
+    print("\nstate:")
+    print(_indent(to_json(view.values)))
+    print("\nmetadata:")
+    print(_indent(to_json(view.metadata)))
+    print(f"\npending writes ({len(view.writes)}):")
+    for w in view.writes:
+        node = w["path"].rsplit(", ", 1)[-1] if w["path"] else "-"
+        print(f"  {node} [task {w['task'][:8]}] {w['channel']} = {compact(w['value'])}")
+    return 0
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    with opened(args.url) as store:
+        text = read_thread(store, args.thread)
+    changes = diff_checkpoints(args.thread, text, args.a, args.b, ns=args.ns)
+    if args.json:
+        print(to_json(changes))
+        return 0
+    if not changes:
+        print("no change in the state")
+    for c in changes:
+        if c.kind == "added":
+            print(f"+ {c.channel} = {compact(c.after)}")
+        elif c.kind == "removed":
+            print(f"- {c.channel} (was {compact(c.before)})")
+        elif c.kind == "appended":
+            print(f"~ {c.channel} appended {compact(c.appended)}")
+        else:
+            print(f"~ {c.channel}: {compact(c.before)} -> {compact(c.after)}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    with opened(args.url) as store:
+        bar = ProgressBar("verifying", args.progress)
+        try:
+            report = verify_store(store, [args.thread] if args.thread else None, progress=bar)
+        finally:
+            bar.close()
+    failed = not report.ok or (args.strict and bool(report.problems))
+    if args.json:
+        threads = {
+            thread_id: [
+                {"line": p.line, "severity": p.severity, "code": p.code, "message": p.message} for p in problems
+            ]
+            for thread_id, problems in report.threads.items()
+        }
+        print(to_json({"ok": not failed, "threads": threads, "foreign": report.foreign}))
+        return EXIT_FAILED if failed else 0
+    counts = {"ok": 0, "warnings": 0, "errors": 0}
+    for thread_id, problems in report.threads.items():
+        errors = sum(p.severity == "error" for p in problems)
+        status = "FAILED" if errors else "warn" if problems else "ok"
+        counts["errors" if errors else "warnings" if problems else "ok"] += 1
+        print(f"{status:<7} {thread_id}")
+        for p in problems:
+            print(f"  {p}")
+    for name in report.foreign:
+        print(f"foreign {name}: not a history of ours (never touched)")
+    summary = (
+        f"\n{plural(len(report.threads), 'thread')}: {counts['ok']} ok, "
+        f"{counts['warnings']} with warnings only, {counts['errors']} failed"
+    )
+    if report.foreign:
+        summary += f"; {plural(len(report.foreign), 'foreign entry').replace('entrys', 'entries')}"
+    print(summary + (" -- FAILED" if failed else " -- sound"))
+    return EXIT_FAILED if failed else 0

@@ -1,0 +1,118 @@
+"""The commands that change or create: trim, delete, demo (and export, import, migrate when available)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+from telar_checkpoint.cli._commands import EXIT_FAILED, opened
+from telar_checkpoint.cli._output import ProgressBar, confirm, plural, table, to_json
+from telar_checkpoint.codec import CheckpointCodec
+from telar_checkpoint.errors import StoredDataError
+from telar_checkpoint.history import History
+from telar_checkpoint.inspect import read_thread, stored_size
+from telar_checkpoint.stores.base import Store
+
+EXIT_CORRUPT = 4
+
+
+@dataclass(slots=True)
+class TrimPlan:
+    thread_id: str
+    before: int  # checkpoints now
+    after: int  # checkpoints left after the trim
+    torn: bool  # an unterminated last line the rewrite drops
+
+
+def plan_trim(
+    store: Store, thread_ids: list[str], keep: int, progress: ProgressBar
+) -> tuple[list[TrimPlan], list[StoredDataError]]:
+    """What `trim` would change (threads with nothing to cut are left out), and the corrupt threads."""
+    codec = CheckpointCodec()
+    plans, corrupt = [], []
+    for done, thread_id in enumerate(thread_ids, 1):
+        text = store.read(thread_id)
+        progress(done, len(thread_ids))
+        if text is None:
+            continue
+        try:
+            before = History.parse(thread_id, text)
+            trimmed = codec.trim(text, keep)
+        except StoredDataError as exc:
+            corrupt.append(exc)
+            continue
+        if trimmed != text:
+            after = History.parse(thread_id, trimmed)
+            plans.append(TrimPlan(thread_id, len(before.entries), len(after.entries), before.torn is not None))
+    return plans, corrupt
+
+
+def cmd_trim(args: argparse.Namespace) -> int:
+    codec = CheckpointCodec()
+    with opened(args.url) as store:
+        if args.thread:
+            read_thread(store, args.thread)  # a missing thread is an error, not "nothing to trim"
+        thread_ids = [args.thread] if args.thread else sorted(store.keys())
+        bar = ProgressBar("reading threads", args.progress)
+        try:
+            plans, corrupt = plan_trim(store, thread_ids, args.keep, bar)
+        finally:
+            bar.close()
+        if args.thread and corrupt:
+            raise corrupt[0]
+        removed = sum(p.before - p.after for p in plans)
+        if not args.json:
+            if plans:
+                print(table(["THREAD", "CHECKPOINTS", "AFTER TRIM", "NOTE"],
+                            [[p.thread_id, p.before, p.after, "drops torn last line" if p.torn else ""] for p in plans],
+                            right=(1, 2)))
+            else:
+                print(f"nothing to trim: every thread has at most {plural(args.keep, 'checkpoint')} to keep")
+            for exc in corrupt:
+                print(f"skipped corrupt {exc}", file=sys.stderr)
+        if plans and not confirm(
+            f"Trim {plural(len(plans), 'thread')}, removing {plural(removed, 'checkpoint')}?", args.yes
+        ):
+            print("aborted; nothing was changed", file=sys.stderr)
+            return EXIT_FAILED
+        for plan in plans:
+            store.update(plan.thread_id, lambda old: codec.trim(old, args.keep))
+    if args.json:
+        print(to_json({"trimmed": plans, "removed": removed, "corrupt": [str(exc) for exc in corrupt]}))
+    elif plans:
+        print(f"trimmed {plural(len(plans), 'thread')}: {plural(removed, 'checkpoint')} removed")
+    return EXIT_CORRUPT if corrupt else 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with opened(args.url) as store:
+        text = read_thread(store, args.thread)
+        try:
+            what = f"{plural(len(History.parse(args.thread, text).entries), 'checkpoint')}, "
+        except StoredDataError:
+            what = "corrupt, "
+        what += f"{stored_size(text)} bytes"
+        if not confirm(f"Delete thread {args.thread!r} ({what})?", args.yes):
+            print("aborted; nothing was changed", file=sys.stderr)
+            return EXIT_FAILED
+        store.delete(args.thread)
+    if args.json:
+        print(to_json({"deleted": args.thread}))
+    else:
+        print(f"deleted thread {args.thread!r} ({what})")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from telar_checkpoint.demo import run_demo
+
+    directory = args.directory or tempfile.mkdtemp(prefix="telar-demo-")
+    print(run_demo(directory), end="")
+    return 0
+
+
+def add_migration_commands(commands: argparse._SubParsersAction, add: object, progress: object) -> None:
+    """export, import and migrate: registered once `telar_checkpoint.migrate` exists."""
