@@ -259,6 +259,7 @@ CASES: dict[str, Any] = {
     "datetime fold": datetime(2024, 11, 3, 1, 30, fold=1, tzinfo=ZoneInfo("America/New_York")),
     "date": date(1999, 12, 31), "time": time(23, 59, 59, 1), "time tz": time(1, 2, tzinfo=TZ),
     "time zoneinfo": time(1, 2, tzinfo=ZoneInfo("Europe/Paris")),
+    "datetime odd offset": datetime(2000, 1, 1, tzinfo=timezone(timedelta(microseconds=1))),
     "timedelta": timedelta(days=-2, seconds=5, microseconds=7), "timezone": TZ,
     "timezone named": timezone(timedelta(hours=1), "CET"), "utc": timezone.utc,
     "zoneinfo": ZoneInfo("Asia/Tokyo"), "uuid": uuid.UUID("12345678-1234-5678-1234-567812345678"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import dataclasses
 import pathlib
 import re
@@ -24,6 +25,7 @@ from zoneinfo import ZoneInfo
 
 import pydantic
 import pydantic.v1
+from pydantic_core import PydanticUndefined
 
 from telar_checkpoint.errors import SerializationError
 from telar_checkpoint.serializer._registry import (
@@ -241,6 +243,38 @@ def _build(cls: type, build: Callable[[], Any], tag: str) -> Any:
         ) from exc
 
 
+# cls -> [(field, default, factory)]: defaults filled in before model_construct,
+# which otherwise inspects each default_factory's signature on every call.
+_CONSTRUCT_DEFAULTS: dict[type, list[tuple[str, Any, Callable[[], Any] | None]]] = {}
+_IMMUTABLE = (type(None), bool, int, float, str, bytes, tuple, frozenset)
+
+
+def _construct_defaults(cls: type[pydantic.BaseModel]) -> list[tuple[str, Any, Callable[[], Any] | None]]:
+    plan = _CONSTRUCT_DEFAULTS.get(cls)
+    if plan is None:
+        plan = []
+        for name, field in cls.model_fields.items():
+            if field.default_factory is not None:
+                if not field.default_factory_takes_validated_data:
+                    plan.append((name, None, field.default_factory))  # type: ignore[arg-type]
+            elif field.default is not PydanticUndefined:
+                plan.append((name, field.default, None))
+        _CONSTRUCT_DEFAULTS[cls] = plan
+    return plan
+
+
+def _construct(cls: type[pydantic.BaseModel], fields: dict[str, Any]) -> Any:
+    """`model_construct` with the stored fields, defaults filled in as pydantic would."""
+    given = set(fields)
+    for name, default, factory in _construct_defaults(cls):
+        if name not in fields:
+            if factory is not None:
+                fields[name] = factory()
+            else:
+                fields[name] = default if type(default) in _IMMUTABLE else copy.deepcopy(default)
+    return cls.model_construct(given, **fields)
+
+
 def _model(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
     record = _record(payload, "$model", ("class", "fields"))
     cls = allowlist.lookup(record["class"], "$model")
@@ -248,7 +282,7 @@ def _model(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
         raise _bad("$model", f"{record['class']!r} is not a pydantic model")
     fields = _fields(record, dec, "$model")
     if cls in CONSTRUCT_WITHOUT_VALIDATION:
-        return _build(cls, lambda: cls.model_construct(**fields), "$model")
+        return _build(cls, lambda: _construct(cls, fields), "$model")
     return _build(cls, lambda: cls(**fields), "$model")
 
 

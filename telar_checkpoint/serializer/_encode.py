@@ -123,7 +123,12 @@ def _timedelta(obj: timedelta) -> list[int]:
 
 def _iso_tz(tz: Any) -> bool:
     """Whether isoformat() text brings `tz` back exactly (none, or an unnamed offset)."""
-    return tz is None or (type(tz) is timezone and len(tz.__getinitargs__()) == 1)
+    if tz is None:
+        return True
+    if type(tz) is not timezone:
+        return False
+    args = tz.__getinitargs__()  # fromisoformat drops sub-second offsets
+    return len(args) == 1 and args[0].microseconds == 0
 
 
 def _encode_datetime(obj: datetime) -> Any:

@@ -1,0 +1,121 @@
+"""Benchmark: JsonSerializer against LangGraph's JsonPlusSerializer on a realistic agent state.
+
+The state holds 100 messages: human questions, AI messages with tool calls and
+usage metadata, tool results, and AI answers of about 500 bytes. Each round
+times dumps_typed + loads_typed of the whole state for both serializers,
+interleaved (A B A B ...) in one process so drift hits both alike. Prints the
+medians and their ratio and writes them to benchmarks/results/serde.json.
+
+    python benchmarks/bench_serde.py [--rounds 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from telar_checkpoint.serializer import JsonSerializer
+
+RESULTS = Path(__file__).parent / "results" / "serde.json"
+ANSWER = (
+    "Here is what I found. The forecast for Lisbon shows clear skies through the weekend, "
+    "with highs around 24°C and lows near 15°C. Winds stay light from the northwest, and "
+    "there is no rain expected until Tuesday, when a weak front may bring scattered showers "
+    "in the afternoon. If you are planning time outdoors, Saturday morning looks best: the "
+    "UV index peaks at 7 around midday, so sunscreen is a good idea. Evenings will be mild "
+    "enough for dinner on a terrace. I can also check sea temperature or surf conditions."
+)
+
+
+def agent_state(n_messages: int = 100) -> dict[str, Any]:
+    messages: list[Any] = []
+    turn = 0
+    while len(messages) < n_messages:
+        call_id = f"call_{turn:04d}"
+        messages.append(HumanMessage(f"What's the weather like in city #{turn}?", id=f"h{turn}"))
+        messages.append(
+            AIMessage(
+                "",
+                id=f"a{turn}",
+                tool_calls=[{"name": "get_weather", "args": {"city": f"city #{turn}", "days": 3}, "id": call_id}],
+                usage_metadata={"input_tokens": 812 + turn, "output_tokens": 24, "total_tokens": 836 + turn},
+                response_metadata={"model_name": "gpt-4o-2024-08-06", "finish_reason": "tool_calls"},
+            )
+        )
+        messages.append(
+            ToolMessage(
+                json.dumps({"temp_c": [24, 23, 25], "conditions": "clear", "wind_kph": 9}),
+                tool_call_id=call_id,
+                name="get_weather",
+                id=f"t{turn}",
+            )
+        )
+        messages.append(
+            AIMessage(
+                ANSWER,
+                id=f"r{turn}",
+                usage_metadata={"input_tokens": 901 + turn, "output_tokens": 130, "total_tokens": 1031 + turn},
+                response_metadata={"model_name": "gpt-4o-2024-08-06", "finish_reason": "stop"},
+            )
+        )
+        turn += 1
+    return {"messages": messages[:n_messages], "user_id": "u-42", "step_count": turn}
+
+
+def time_round_trip(serde: Any, state: dict[str, Any]) -> tuple[float, int]:
+    start = time.perf_counter()
+    typed = serde.dumps_typed(state)
+    out = serde.loads_typed(typed)
+    elapsed = time.perf_counter() - start
+    assert out == state
+    return elapsed, len(typed[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=200)
+    args = parser.parse_args()
+
+    state = agent_state()
+    contenders = {"JsonSerializer": JsonSerializer(), "JsonPlusSerializer": JsonPlusSerializer()}
+    for serde in contenders.values():  # warm caches and imports
+        for _ in range(5):
+            time_round_trip(serde, state)
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    sizes: dict[str, int] = {}
+    gc.collect()
+    for _ in range(args.rounds):
+        for name, serde in contenders.items():  # interleaved: A B A B ...
+            elapsed, sizes[name] = time_round_trip(serde, state)
+            times[name].append(elapsed)
+
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    ratio = medians["JsonSerializer"] / medians["JsonPlusSerializer"]
+    result = {
+        "benchmark": "dumps_typed + loads_typed of a 100-message agent state",
+        "rounds": args.rounds,
+        "median_ms": {name: round(value * 1000, 3) for name, value in medians.items()},
+        "ratio_json_to_jsonplus": round(ratio, 3),
+        "bytes": sizes,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    for name, value in medians.items():
+        print(f"{name:20} median {value * 1000:8.3f} ms   {sizes[name]:7d} bytes")
+    print(f"ratio JsonSerializer / JsonPlusSerializer = {ratio:.3f} (below 1 is faster)")
+
+
+if __name__ == "__main__":
+    main()
