@@ -1,0 +1,96 @@
+"""`open_store`: each URL form, and clean errors for bad schemes, dead servers and missing drivers."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from telar_checkpoint.errors import StoreError, UsageError
+from telar_checkpoint.stores import FileStore, MemoryStore, Store, open_store
+from telar_checkpoint.stores.sqlite import SQLiteStore
+from tests.stores import POSTGRES_URL, REDIS_URL, require_server
+
+
+def test_file_urls_and_plain_paths(tmp_path: Path) -> None:
+    urls = {"a": f"file://{tmp_path}/a", "b": f"file://localhost{tmp_path}/b", "c": str(tmp_path / "c")}
+    urls.update(d=f"file:{tmp_path}/d", e=f"file://{tmp_path}/%65")
+    for name, url in urls.items():
+        store = open_store(url)
+        assert isinstance(store, FileStore) and store.directory == tmp_path / name
+
+
+def test_sqlite_urls_relative_and_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = open_store("sqlite:///rel.db")
+    absolute = open_store(f"sqlite:///{tmp_path}/abs.db")
+    assert isinstance(relative, SQLiteStore) and relative.path == Path("rel.db")
+    assert isinstance(absolute, SQLiteStore) and absolute.path == tmp_path / "abs.db"
+    relative.write("t", "v")
+    assert (tmp_path / "rel.db").exists()
+    relative.close()
+
+
+def test_memory_url() -> None:
+    assert isinstance(open_store("memory://"), MemoryStore)
+
+
+@pytest.mark.parametrize("url", [POSTGRES_URL, POSTGRES_URL.replace("postgresql://", "postgres://"), REDIS_URL])
+def test_server_urls(url: str) -> None:
+    kind = "redis" if url.startswith("redis") else "postgres"
+    require_server(kind)
+    store: Store = open_store(url, **({"schema": "telar_test_url"} if kind == "postgres" else {"prefix": "telar_test_url:"}))
+    try:
+        assert store.kind == kind
+        assert store.read("missing") is None
+    finally:
+        store.close()
+        if kind == "postgres":
+            from tests.stores import postgres_admin
+
+            postgres_admin("DROP SCHEMA IF EXISTS telar_test_url CASCADE")
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/x", "mysql://u:secret@h/db", "http://example.invalid/"])
+def test_unknown_scheme_names_it_and_lists_the_supported(url: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        open_store(url)
+    message = str(caught.value)
+    assert f"unknown scheme {url.split(':')[0]!r}" in message
+    assert all(scheme in message for scheme in ("file:", "sqlite:", "postgresql:", "redis:", "memory:"))
+    assert "secret" not in message
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "file://host/dir", "sqlite:///x.db?mode=ro", "memory://x"])
+def test_malformed_local_urls(url: str) -> None:
+    with pytest.raises(UsageError, match="store URL"):
+        open_store(url)
+
+
+def test_bad_option_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="bad option.*colour"):
+        open_store(str(tmp_path), colour="red")
+
+
+@pytest.mark.parametrize("url", ["postgresql://postgres@127.0.0.1:1/test", "redis://127.0.0.1:1"])
+async def test_unreachable_server_is_a_store_error_naming_it(url: str) -> None:
+    store = open_store(url, connect_timeout=2)
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="server at 127.0.0.1:1"):
+        store.read("t")
+    with pytest.raises(StoreError, match="server at 127.0.0.1:1"):
+        store.update("t", lambda old: "v")
+    with pytest.raises(StoreError, match="server at 127.0.0.1:1"):
+        await store.aread("t")
+    assert time.monotonic() - started < 10
+    await store.aclose()
+
+
+@pytest.mark.parametrize(("url", "driver", "extra"), [(POSTGRES_URL, "psycopg", "postgres"), (REDIS_URL, "redis", "redis")])
+def test_missing_driver_says_what_to_install(url: str, driver: str, extra: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, driver, None)  # importing it now raises ImportError
+    monkeypatch.delitem(sys.modules, f"telar_checkpoint.stores.{extra}", raising=False)
+    with pytest.raises(UsageError, match=rf"pip install 'telar-checkpoint\[{extra}\]'"):
+        open_store(url)
