@@ -140,8 +140,34 @@ def build_parser() -> argparse.ArgumentParser:
              "telar-checkpoint demo ./demo-checkpoints", manage.cmd_demo, url=False, json=False)
     p.add_argument("directory", metavar="DIR", nargs="?", help="where to store the files (default: a new temporary directory)")
 
-    manage.add_migration_commands(commands, _add, _progress)
+    _add_migration_commands(commands)
     return parser
+
+
+def _add_migration_commands(commands: argparse._SubParsersAction) -> None:
+    from telar_checkpoint.cli import _migrate as moves
+
+    p = _add(commands, "export", "write one thread as a .jsonl file (its stored lines)",
+             "telar-checkpoint export ./.telar-checkpoint my-thread -o my-thread.jsonl", moves.cmd_export, json=False)
+    p.add_argument("thread", metavar="THREAD")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
+    p = _add(commands, "import", "store a .jsonl file (from export) as a thread, after checking it reads back",
+             "telar-checkpoint import sqlite:///checkpoints.db my-thread my-thread.jsonl", moves.cmd_import)
+    p.add_argument("thread", metavar="THREAD")
+    p.add_argument("file", metavar="FILE", help="the .jsonl file ('-' for stdin)")
+    p.add_argument("--replace", action="store_true", help="overwrite a thread that holds a different history")
+
+    p = _add(commands, "migrate", "copy threads from a LangGraph saver or a store of ours into a store of ours",
+             "telar-checkpoint migrate --from langgraph+sqlite:///checkpoints.sqlite --to file:///srv/checkpoints",
+             moves.cmd_migrate, url=False)
+    p.add_argument("--from", dest="source", metavar="URL", required=True,
+                   help="langgraph+sqlite:///file.db (SqliteSaver), langgraph+postgresql://... (PostgresSaver) "
+                   "or a store URL of ours")
+    p.add_argument("--to", dest="target", metavar="URL", required=True, help=URL_HELP)
+    p.add_argument("--thread", dest="threads", metavar="ID", action="append", help="only this thread (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="read and check everything, write nothing")
+    _progress(p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

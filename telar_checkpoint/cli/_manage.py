@@ -113,6 +113,3 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(run_demo(directory), end="")
     return 0
 
-
-def add_migration_commands(commands: argparse._SubParsersAction, add: object, progress: object) -> None:
-    """export, import and migrate: registered once `telar_checkpoint.migrate` exists."""

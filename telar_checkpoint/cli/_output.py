@@ -57,7 +57,7 @@ class ProgressBar:
         self.enabled = force or self.stream.isatty()
         self.drawn = False
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: int, total: int, _item: object = None) -> None:
         if not self.enabled or total <= 0:
             return
         filled = self.WIDTH * done // total

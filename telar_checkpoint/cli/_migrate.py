@@ -1,0 +1,61 @@
+"""The commands that move threads: export, import and migrate, over `telar_checkpoint.migrate`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from telar_checkpoint.cli._commands import EXIT_FAILED, local_path, opened
+from telar_checkpoint.cli._output import ProgressBar, to_json
+from telar_checkpoint.errors import UsageError
+from telar_checkpoint.inspect import read_thread
+from telar_checkpoint.migrate import MigrationReport, export_thread, import_thread, migrate, open_source
+from telar_checkpoint.saver import TelarSaver
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with opened(args.url) as store:
+        read_thread(store, args.thread)  # a missing thread: exit code 3
+        text = export_thread(TelarSaver(store), args.thread)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+            f.write(text)
+        print(f"exported thread {args.thread!r} to {args.output} ({text.count(chr(10))} lines)", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    try:
+        if args.file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.file, encoding="utf-8", errors="surrogateescape", newline="") as f:
+                text = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+    with opened(args.url, create=True) as store:
+        report = import_thread(TelarSaver(store), args.thread, text, replace=args.replace)
+    return _print_report(report, args.json)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    path = local_path(args.source)
+    if path is not None and not path.exists():
+        raise UsageError(f"no store at {args.source!r}: {path} does not exist")
+    bar = ProgressBar("migrating", args.progress)
+    with open_source(args.source) as source, opened(args.target, create=True) as store:
+        try:
+            report = migrate(source, TelarSaver(store), thread_ids=args.threads, dry_run=args.dry_run, progress=bar)
+        finally:
+            bar.close()
+    return _print_report(report, args.json)
+
+
+def _print_report(report: MigrationReport, as_json: bool) -> int:
+    if as_json:
+        print(to_json({"ok": report.ok, **{k: getattr(report, k) for k in report.__slots__}}))
+    else:
+        print(report.format())
+    return 0 if report.ok else EXIT_FAILED
