@@ -40,6 +40,7 @@ FACTORIES: dict[Any, Any] = {
     "int": int, "float": float, "str": str, "bool": bool, "bytes": bytes,
     "Counter": Counter, "OrderedDict": OrderedDict, "deque": deque,
 }  # fmt: skip
+LEAF_TYPES = frozenset({str, int, float, bool, type(None)})
 FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 _Send: type | None = BUILTIN_CLASSES.get("Send")
 
@@ -56,6 +57,12 @@ def _want(payload: Any, kind: type | tuple[type, ...], tag: str) -> Any:
 
 def _record(payload: Any, tag: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> Any:
     """A payload object with exactly these keys (extra keys, such as `method`, refused)."""
+    if type(payload) is dict and len(payload) == len(required) and not optional:
+        for key in required:
+            if key not in payload:
+                break
+        else:
+            return payload
     _want(payload, dict, tag)
     missing = [key for key in required if key not in payload]
     unknown = [key for key in payload if key not in required and key not in optional]
@@ -231,7 +238,7 @@ TAGS: dict[str, Callable[[Any, Decode], Any]] = {
 
 def _fields(payload: Any, dec: Decode, tag: str) -> dict[str, Any]:
     fields = _want(payload["fields"], dict, tag)
-    return {name: dec(value) for name, value in fields.items()}
+    return {k: v if type(v) in LEAF_TYPES else dec(v) for k, v in fields.items()}
 
 
 def _build(cls: type, build: Callable[[], Any], tag: str) -> Any:
@@ -243,36 +250,38 @@ def _build(cls: type, build: Callable[[], Any], tag: str) -> Any:
         ) from exc
 
 
-# cls -> [(field, default, factory)]: defaults filled in before model_construct,
-# which otherwise inspects each default_factory's signature on every call.
-_CONSTRUCT_DEFAULTS: dict[type, list[tuple[str, Any, Callable[[], Any] | None]]] = {}
+# cls -> (immutable defaults, [(field, factory or mutable default)]): defaults filled
+# in before model_construct, which otherwise inspects each default_factory's
+# signature on every call.
+Defaults = tuple[dict[str, Any], list[tuple[str, Any, bool]]]
+_CONSTRUCT_DEFAULTS: dict[type, Defaults] = {}
 _IMMUTABLE = (type(None), bool, int, float, str, bytes, tuple, frozenset)
 
 
-def _construct_defaults(cls: type[pydantic.BaseModel]) -> list[tuple[str, Any, Callable[[], Any] | None]]:
+def _construct_defaults(cls: type[pydantic.BaseModel]) -> Defaults:
     plan = _CONSTRUCT_DEFAULTS.get(cls)
     if plan is None:
-        plan = []
+        plan = ({}, [])
         for name, field in cls.model_fields.items():
             if field.default_factory is not None:
                 if not field.default_factory_takes_validated_data:
-                    plan.append((name, None, field.default_factory))  # type: ignore[arg-type]
+                    plan[1].append((name, field.default_factory, True))
+            elif type(field.default) in _IMMUTABLE:
+                plan[0][name] = field.default
             elif field.default is not PydanticUndefined:
-                plan.append((name, field.default, None))
+                plan[1].append((name, field.default, False))
         _CONSTRUCT_DEFAULTS[cls] = plan
     return plan
 
 
 def _construct(cls: type[pydantic.BaseModel], fields: dict[str, Any]) -> Any:
     """`model_construct` with the stored fields, defaults filled in as pydantic would."""
-    given = set(fields)
-    for name, default, factory in _construct_defaults(cls):
+    static, fresh = _construct_defaults(cls)
+    values = {**static, **fields}
+    for name, default, is_factory in fresh:
         if name not in fields:
-            if factory is not None:
-                fields[name] = factory()
-            else:
-                fields[name] = default if type(default) in _IMMUTABLE else copy.deepcopy(default)
-    return cls.model_construct(given, **fields)
+            values[name] = default() if is_factory else copy.deepcopy(default)
+    return cls.model_construct(set(fields), **values)
 
 
 def _model(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
@@ -365,6 +374,8 @@ CLASS_TAGS: dict[str, Callable[[Any, Decode, Allowlist], Any]] = {
 def make_decoder(allowlist: Allowlist) -> Decode:
     """A `from_jsonable` function loading classes from `allowlist` only."""
 
+    leaf = LEAF_TYPES
+
     def dec(data: Any) -> Any:
         t = type(data)
         if t is dict:
@@ -372,9 +383,10 @@ def make_decoder(allowlist: Allowlist) -> Decode:
                 for key in data:
                     if key[:1] == "$":
                         return _tagged(key, data[key])
-            return {key: dec(value) for key, value in data.items()}
+            # leaves inline: one call per container, not per string
+            return {k: v if type(v) in leaf else dec(v) for k, v in data.items()}
         if t is list:
-            return [dec(item) for item in data]
+            return [v if type(v) in leaf else dec(v) for v in data]
         return data
 
     def _tagged(tag: str, payload: Any) -> Any:
