@@ -80,9 +80,16 @@ def _plain_key(key: Any) -> bool:
 def _encode_dict(obj: dict[Any, Any]) -> Any:
     out = {}
     for key, value in obj.items():
-        if not _plain_key(key):
+        if not (type(key) is str and key.isascii() and "\x00" not in key) and not _plain_key(key):
             return {"$map": [[to_jsonable(k), to_jsonable(v)] for k, v in obj.items()]}
-        out[key] = to_jsonable(value)
+        # ASCII strings and small ints inline: most leaves of a state are these
+        t = type(value)
+        if t is str and value.isascii() and "\x00" not in value:
+            out[key] = value
+        elif (t is int and INT_MIN <= value <= INT_MAX) or value is None or t is bool:
+            out[key] = value
+        else:
+            out[key] = to_jsonable(value)
     if len(out) == 1 and key[:1] == "$":
         return {"$dict": out}  # a user dict that would read as a tag
     return out
@@ -220,11 +227,15 @@ def _model_encoder(cls: type[pydantic.BaseModel]) -> Callable[[Any], Any]:
     def encode(obj: Any) -> Any:
         values = obj.__dict__
         fields = {}
-        for field, default in plan:
+        for field, default in plan:  # _NO_DEFAULT never equals a field value
             value = values[field]
-            if default is not _NO_DEFAULT and type(value) is type(default) and value == default:
+            t = type(value)
+            if t is type(default) and value == default:
                 continue
-            fields[field] = to_jsonable(value)
+            if t is str and value.isascii() and "\x00" not in value:
+                fields[field] = value
+            else:
+                fields[field] = to_jsonable(value)
         extra = obj.__pydantic_extra__
         if extra:
             for field, value in extra.items():
