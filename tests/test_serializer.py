@@ -545,3 +545,24 @@ def test_graph_runs_and_resumes_with_in_memory_saver() -> None:
         if blob[0] != "empty":
             assert blob[0] == "json"
             orjson.loads(blob[1])
+
+
+def test_loaded_messages_behave_like_the_originals() -> None:
+    serde = serializer()
+    originals = [AI, HumanMessage("hi", id="1"), RemoveMessage(id="x"), CASES["ai extra kwargs"], CASES["ai chunk"]]
+    for original in originals:
+        loaded = serde.loads_typed(serde.dumps_typed(original))
+        assert loaded.model_dump() == original.model_dump()
+        assert loaded.__pydantic_extra__ == original.__pydantic_extra__
+        assert loaded.model_fields_set == original.model_fields_set
+        assert loaded.model_copy(update={"id": "new"}).id == "new"
+        assert type(original).model_validate(loaded.model_dump()) == original
+    assert (serde.loads_typed(serde.dumps_typed(CASES["ai chunk"])) + AIMessageChunk("tail")).content == "partail"
+
+
+def test_builtin_model_with_unknown_or_missing_fields_is_refused() -> None:
+    serde = serializer()
+    with pytest.raises(SerializationError, match="needs field 'content'"):
+        serde.from_jsonable({"$model": {"class": "HumanMessage", "fields": {}}})
+    with pytest.raises(SerializationError, match="has no fields"):
+        serde.from_jsonable({"$model": {"class": "Document", "fields": {"page_content": "x", "evil": 1}}})

@@ -207,7 +207,8 @@ ENCODERS: dict[type, Callable[[Any], Any]] = {
 
 
 def _model_plan(cls: type[pydantic.BaseModel]) -> list[tuple[str, Any]]:
-    """(field, default) pairs; fields still at a simple default are left out of the JSON."""
+    """(field, default) pairs: a field never set and still at a simple default is left
+    out of the JSON (loading fills it in), so a stored message shows what was given."""
     plan = []
     for name, field in cls.model_fields.items():
         default: Any = _NO_DEFAULT
@@ -226,11 +227,12 @@ def _model_encoder(cls: type[pydantic.BaseModel]) -> Callable[[Any], Any]:
 
     def encode(obj: Any) -> Any:
         values = obj.__dict__
+        was_set = obj.__pydantic_fields_set__
         fields = {}
         for field, default in plan:  # _NO_DEFAULT never equals a field value
             value = values[field]
             t = type(value)
-            if t is type(default) and value == default:
+            if t is type(default) and value == default and field not in was_set:
                 continue
             if t is str and value.isascii() and "\x00" not in value:
                 fields[field] = value
