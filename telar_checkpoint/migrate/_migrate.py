@@ -136,7 +136,7 @@ def _store(report: MigrationReport, target: TelarSaver, thread_id: str, built: _
 
     def change(old: str | None) -> str | None:
         outcome.clear()
-        if old == built.text:
+        if old is not None and _same_history(target.codec, old, built.text):
             outcome.append(ALREADY)
             return old
         if built.replaces is not None:
@@ -160,6 +160,23 @@ def _store(report: MigrationReport, target: TelarSaver, thread_id: str, built: _
     left_out = _left_out(kept, built)
     if left_out:
         report.left_out[thread_id] = left_out
+
+
+def _same_history(codec: CheckpointCodec, old: str, new: str) -> bool:
+    """The same checkpoints, writes and dropped ids; the order of remembered ids does not matter."""
+    if old == new:
+        return True
+    try:
+        a, b = codec.parse(None, old), codec.parse(None, new)
+    except TelarError:
+        return False
+
+    def content(h: History) -> tuple[object, ...]:
+        entries = [(key, e.line.text, sorted(e.writes.items())) for key, e in h.entries.items()]
+        dropped = {ns: (d.floor, sorted(d.replaced)) for ns, d in h.dropped.items() if d.floor or d.replaced}
+        return entries, dropped, sorted(h.orphans.items()), h.torn
+
+    return content(a) == content(b)
 
 
 def _check_covered(codec: CheckpointCodec, thread_id: str, old: str, source_keys: dict[Key, set[tuple[str, int]]]) -> None:
