@@ -566,3 +566,12 @@ def test_builtin_model_with_unknown_or_missing_fields_is_refused() -> None:
         serde.from_jsonable({"$model": {"class": "HumanMessage", "fields": {}}})
     with pytest.raises(SerializationError, match="has no fields"):
         serde.from_jsonable({"$model": {"class": "Document", "fields": {"page_content": "x", "evil": 1}}})
+
+
+def test_package_docs_list_every_tag() -> None:
+    import telar_checkpoint.serializer as package
+    from telar_checkpoint.serializer._classes import CLASS_TAGS
+    from telar_checkpoint.serializer._decode import TAGS as LOADED_TAGS
+
+    documented = set(re.findall(r"^``(\$\w+)``", package.__doc__ or "", re.M))
+    assert documented == set(LOADED_TAGS) | set(CLASS_TAGS) == TAGS
