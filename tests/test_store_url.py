@@ -94,3 +94,9 @@ def test_missing_driver_says_what_to_install(url: str, driver: str, extra: str, 
     monkeypatch.delitem(sys.modules, f"telar_checkpoint.stores.{extra}", raising=False)
     with pytest.raises(UsageError, match=rf"pip install 'telar-checkpoint\[{extra}\]'"):
         open_store(url)
+
+
+@pytest.mark.parametrize("url", ["redis://host:notaport/0", "postgresql://a b"])
+def test_malformed_server_urls(url: str) -> None:
+    with pytest.raises(UsageError, match="not a (Redis URL|PostgreSQL connection string)"):
+        open_store(url)

@@ -32,7 +32,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by simulating a missing driver
     raise ImportError(f"{exc}: PostgresStore needs psycopg; pip install 'telar-checkpoint[postgres]'") from exc
 
-from telar_checkpoint.errors import StoreError
+from telar_checkpoint.errors import StoreError, UsageError
 from telar_checkpoint.stores.base import Change, Store
 
 SCHEMA_VERSION = 1
@@ -87,7 +87,10 @@ class PostgresStore(Store):
         `psycopg.connect` (``application_name=...``, say)."""
         self.conninfo = conninfo
         self.schema = schema
-        self.server = server_name(conninfo, **connect_kwargs)
+        try:
+            self.server = server_name(conninfo, **connect_kwargs)
+        except psycopg.ProgrammingError as exc:
+            raise UsageError(f"not a PostgreSQL connection string: {exc}") from exc
         self._kwargs = {"connect_timeout": max(2, round(connect_timeout)), **connect_kwargs, "autocommit": True}
         self._pool_options = {"min_size": min_size, "max_size": max_size, "timeout": timeout}
         self._sql = _Queries(schema, table_prefix)

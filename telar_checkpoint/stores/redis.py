@@ -30,7 +30,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by simulating a missing driver
     raise ImportError(f"{exc}: RedisStore needs redis; pip install 'telar-checkpoint[redis]'") from exc
 
-from telar_checkpoint.errors import StoreError, StoredDataError
+from telar_checkpoint.errors import StoreError, StoredDataError, UsageError
 from telar_checkpoint.stores.base import Change, Store
 
 try:  # redis>=7: with maintenance notifications on ("auto"), the asyncio pool skips its dead-connection check
@@ -124,7 +124,10 @@ class RedisStore(Store):
             **_CLIENT_DEFAULTS,
             **client_options,
         }
-        self._client = redis.Redis.from_url(url, **self._options)
+        try:
+            self._client = redis.Redis.from_url(url, **self._options)
+        except ValueError as exc:
+            raise UsageError(f"not a Redis URL: {exc}") from exc
         self._script = self._client.register_script(_COMPARE_AND_SET)
         params = self._client.connection_pool.connection_kwargs
         self.server = params.get("path") or f"{params.get('host', 'localhost')}:{params.get('port', 6379)}"
