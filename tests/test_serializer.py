@@ -575,3 +575,21 @@ def test_package_docs_list_every_tag() -> None:
 
     documented = set(re.findall(r"^``(\$\w+)``", package.__doc__ or "", re.M))
     assert documented == set(LOADED_TAGS) | set(CLASS_TAGS) == TAGS
+
+
+def test_works_inside_langgraph_encrypted_serializer() -> None:
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    class XorCipher:  # a stand-in cipher: the wrapping, not the cryptography, is tested
+        def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+            return "xor", bytes(b ^ 0x5A for b in plaintext)
+
+        def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+            assert ciphername == "xor"
+            return bytes(b ^ 0x5A for b in ciphertext)
+
+    serde = EncryptedSerializer(XorCipher(), serializer())
+    value = CASES["state"]
+    typed = serde.dumps_typed(value)
+    assert typed[0] == "json+xor"
+    assert_same(value, serde.loads_typed(typed))

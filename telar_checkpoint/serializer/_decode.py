@@ -22,10 +22,7 @@ from zoneinfo import ZoneInfo
 
 from telar_checkpoint.errors import SerializationError
 from telar_checkpoint.serializer._classes import CLASS_TAGS
-from telar_checkpoint.serializer._payload import LEAF_TYPES, Decode
-from telar_checkpoint.serializer._payload import bad as _bad
-from telar_checkpoint.serializer._payload import expect_keys as _record
-from telar_checkpoint.serializer._payload import want as _want
+from telar_checkpoint.serializer._payload import LEAF_TYPES, Decode, bad, expect_keys, want
 from telar_checkpoint.serializer._registry import Allowlist
 
 FACTORIES: dict[Any, Any] = {
@@ -37,7 +34,7 @@ FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 
 
 def _str(payload: Any, dec: Decode) -> str:
-    runs = _want(payload, list, "$str")
+    runs = want(payload, list, "$str")
     out = []
     for run in runs:
         if type(run) is str:
@@ -45,129 +42,129 @@ def _str(payload: Any, dec: Decode) -> str:
         elif type(run) is int and 0 <= run < 0x110000:
             out.append(chr(run))
         else:
-            raise _bad("$str", f"bad run {run!r:.80}")
+            raise bad("$str", f"bad run {run!r:.80}")
     return "".join(out)
 
 
 def _int(payload: Any, dec: Decode) -> int:
-    text = _want(payload, str, "$int")
+    text = want(payload, str, "$int")
     try:
         return int(text, 0)
     except ValueError as exc:
-        raise _bad("$int", str(exc)) from None
+        raise bad("$int", str(exc)) from None
 
 
 def _float(payload: Any, dec: Decode) -> float:
     try:
         return FLOATS[payload]
     except (KeyError, TypeError):
-        raise _bad("$float", f"{payload!r:.80} is not nan, inf or -inf") from None
+        raise bad("$float", f"{payload!r:.80} is not nan, inf or -inf") from None
 
 
 def _dict(payload: Any, dec: Decode) -> dict[str, Any]:
-    return {key: dec(value) for key, value in _want(payload, dict, "$dict").items()}
+    return {key: dec(value) for key, value in want(payload, dict, "$dict").items()}
 
 
 def _map(payload: Any, dec: Decode) -> dict[Any, Any]:
     out = {}
-    for pair in _want(payload, list, "$map"):
+    for pair in want(payload, list, "$map"):
         if type(pair) is not list or len(pair) != 2:
-            raise _bad("$map", f"expected [key, value], got {pair!r:.80}")
+            raise bad("$map", f"expected [key, value], got {pair!r:.80}")
         try:
             out[dec(pair[0])] = dec(pair[1])
         except TypeError as exc:  # an unhashable key
-            raise _bad("$map", str(exc)) from None
+            raise bad("$map", str(exc)) from None
     return out
 
 
 def _any_dict(payload: Any, dec: Decode, tag: str) -> dict[Any, Any]:
     """A payload that is itself an encoded dict (plain, `$dict` or `$map`)."""
-    value = dec(_want(payload, dict, tag))
-    return _want(value, dict, tag)
+    value = dec(want(payload, dict, tag))
+    return want(value, dict, tag)
 
 
 def _b64(payload: Any, tag: str) -> bytes:
     try:
-        return base64.b64decode(_want(payload, str, tag), validate=True)
+        return base64.b64decode(want(payload, str, tag), validate=True)
     except binascii.Error as exc:
-        raise _bad(tag, str(exc)) from None
+        raise bad(tag, str(exc)) from None
 
 
 def _deque(payload: Any, dec: Decode) -> deque[Any]:
-    record = _record(payload, "$deque", ("items", "maxlen"))
-    maxlen = _want(record["maxlen"], (int, type(None)), "$deque")
-    return deque(dec(_want(record["items"], list, "$deque")), maxlen)
+    record = expect_keys(payload, "$deque", ("items", "maxlen"))
+    maxlen = want(record["maxlen"], (int, type(None)), "$deque")
+    return deque(dec(want(record["items"], list, "$deque")), maxlen)
 
 
 def _defaultdict(payload: Any, dec: Decode) -> defaultdict[Any, Any]:
-    record = _record(payload, "$defaultdict", ("factory", "items"))
+    record = expect_keys(payload, "$defaultdict", ("factory", "items"))
     if record["factory"] not in FACTORIES:
-        raise _bad("$defaultdict", f"unknown factory {record['factory']!r:.80}")
+        raise bad("$defaultdict", f"unknown factory {record['factory']!r:.80}")
     return defaultdict(FACTORIES[record["factory"]], _any_dict(record["items"], dec, "$defaultdict"))
 
 
 def _parse(parse: Callable[[str], Any], payload: Any, tag: str) -> Any:
     try:
-        return parse(_want(payload, str, tag))
+        return parse(want(payload, str, tag))
     except (ValueError, InvalidOperation) as exc:
-        raise _bad(tag, str(exc)) from None
+        raise bad(tag, str(exc)) from None
 
 
 def _clock(cls: type, payload: Any, dec: Decode, tag: str) -> Any:
     """A datetime or time: isoformat text, or local text plus tzinfo and fold."""
     if type(payload) is str:
         return _parse(cls.fromisoformat, payload, tag)  # type: ignore[attr-defined]
-    record = _record(payload, tag, ("local", "tz", "fold"))
+    record = expect_keys(payload, tag, ("local", "tz", "fold"))
     local = _parse(cls.fromisoformat, record["local"], tag)  # type: ignore[attr-defined]
     tz = dec(record["tz"])
     if tz is not None and not isinstance(tz, (timezone, ZoneInfo)):
-        raise _bad(tag, f"tz is {type(tz).__name__}, not a timezone")
+        raise bad(tag, f"tz is {type(tz).__name__}, not a timezone")
     if record["fold"] not in (0, 1):
-        raise _bad(tag, "fold is not 0 or 1")
+        raise bad(tag, "fold is not 0 or 1")
     return local.replace(tzinfo=tz, fold=record["fold"])
 
 
 def _timedelta(payload: Any, tag: str = "$timedelta") -> timedelta:
-    parts = _want(payload, list, tag)
+    parts = want(payload, list, tag)
     if len(parts) != 3 or any(type(part) is not int for part in parts):
-        raise _bad(tag, "expected [days, seconds, microseconds]")
+        raise bad(tag, "expected [days, seconds, microseconds]")
     try:
         return timedelta(*parts)
     except OverflowError as exc:
-        raise _bad(tag, str(exc)) from None
+        raise bad(tag, str(exc)) from None
 
 
 def _timezone(payload: Any, dec: Decode) -> timezone:
-    record = _record(payload, "$timezone", ("offset", "name"))
+    record = expect_keys(payload, "$timezone", ("offset", "name"))
     offset = _timedelta(record["offset"], "$timezone")
-    name = _want(dec(record["name"]), (str, type(None)), "$timezone")
+    name = want(dec(record["name"]), (str, type(None)), "$timezone")
     try:
         return timezone(offset) if name is None else timezone(offset, name)
     except ValueError as exc:
-        raise _bad("$timezone", str(exc)) from None
+        raise bad("$timezone", str(exc)) from None
 
 
 def _zoneinfo(payload: Any, dec: Decode) -> ZoneInfo:
     try:  # ZoneInfo refuses keys that are paths outside the tz database
-        return ZoneInfo(_want(payload, str, "$zoneinfo"))
+        return ZoneInfo(want(payload, str, "$zoneinfo"))
     except (ValueError, OSError) as exc:
-        raise _bad("$zoneinfo", str(exc)) from None
+        raise bad("$zoneinfo", str(exc)) from None
 
 
 def _regex(payload: Any, dec: Decode) -> re.Pattern[Any]:
-    record = _record(payload, "$regex", ("pattern", "flags"))
-    pattern = _want(dec(record["pattern"]), (str, bytes), "$regex")
+    record = expect_keys(payload, "$regex", ("pattern", "flags"))
+    pattern = want(dec(record["pattern"]), (str, bytes), "$regex")
     try:
-        return re.compile(pattern, _want(record["flags"], int, "$regex"))
+        return re.compile(pattern, want(record["flags"], int, "$regex"))
     except (re.error, ValueError) as exc:
-        raise _bad("$regex", str(exc)) from None
+        raise bad("$regex", str(exc)) from None
 
 
 def _set_of(kind: type, payload: Any, dec: Decode, tag: str) -> Any:
     try:
-        return kind(dec(_want(payload, list, tag)))
+        return kind(dec(want(payload, list, tag)))
     except TypeError as exc:  # an unhashable member
-        raise _bad(tag, str(exc)) from None
+        raise bad(tag, str(exc)) from None
 
 
 TAGS: dict[str, Callable[[Any, Decode], Any]] = {
@@ -176,7 +173,7 @@ TAGS: dict[str, Callable[[Any, Decode], Any]] = {
     "$float": _float,
     "$dict": _dict,
     "$map": _map,
-    "$tuple": lambda p, dec: tuple(dec(_want(p, list, "$tuple"))),
+    "$tuple": lambda p, dec: tuple(dec(want(p, list, "$tuple"))),
     "$set": lambda p, dec: _set_of(set, p, dec, "$set"),
     "$frozenset": lambda p, dec: _set_of(frozenset, p, dec, "$frozenset"),
     "$bytes": lambda p, dec: _b64(p, "$bytes"),
@@ -193,7 +190,7 @@ TAGS: dict[str, Callable[[Any, Decode], Any]] = {
     "$zoneinfo": _zoneinfo,
     "$uuid": lambda p, dec: _parse(UUID, p, "$uuid"),
     "$decimal": lambda p, dec: _parse(Decimal, p, "$decimal"),
-    "$path": lambda p, dec: pathlib.Path(_want(dec(p), str, "$path")),
+    "$path": lambda p, dec: pathlib.Path(want(dec(p), str, "$path")),
     "$regex": _regex,
 }
 
