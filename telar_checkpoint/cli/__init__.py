@@ -174,7 +174,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` (default: sys.argv[1:]); returns the exit code."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        # argparse (before 3.13) gives an optional positional nothing when an option comes
+        # first: `trim URL --keep 2 THREAD`. Take the THREAD it left over.
+        if len(extra) == 1 and not extra[0].startswith("-") and getattr(args, "thread", "") is None:
+            args.thread, extra = extra[0], []
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # --help, or a usage error argparse already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:

@@ -68,8 +68,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
     ]
     headers = ["THREAD", "CHECKPOINTS", "LATEST STEP", "UPDATED (UTC)", "BYTES", "NOTE"]
     if rows:
-        print(table(headers if any(r[-1] for r in rows) else headers[:-1],
-                    [r if any(x[-1] for x in rows) else r[:-1] for r in rows], right=(1, 2, 4)))
+        print(table(headers, rows, right=(1, 2, 4), optional=(5,)))
     total = sum(t.size for t in listing.threads)
     print(f"{plural(len(listing.threads), 'thread')}, {total} bytes")
     if listing.corrupt:
@@ -102,13 +101,7 @@ def history_table(infos: list) -> str:
         for i in infos
     ]
     headers = ["CHECKPOINT", "NAMESPACE", "STEP", "SOURCE", "TIME (UTC)", "V", "NEXT", "INTERRUPTS"]
-    if not any(i.ns for i in infos):  # no subgraph: leave out the empty column
-        headers.pop(1)
-        rows = [r[:1] + r[2:] for r in rows]
-        right = (1, 4)
-    else:
-        right = (2, 5)
-    return table(headers, rows, right=right) + f"\n{plural(len(infos), 'checkpoint')}"
+    return table(headers, rows, right=(2, 5), optional=(1,)) + f"\n{plural(len(infos), 'checkpoint')}"
 
 
 def cmd_show(args: argparse.Namespace) -> int:

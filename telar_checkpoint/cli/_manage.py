@@ -66,7 +66,7 @@ def cmd_trim(args: argparse.Namespace) -> int:
             if plans:
                 print(table(["THREAD", "CHECKPOINTS", "AFTER TRIM", "NOTE"],
                             [[p.thread_id, p.before, p.after, "drops torn last line" if p.torn else ""] for p in plans],
-                            right=(1, 2)))
+                            right=(1, 2), optional=(3,)))
             else:
                 print(f"nothing to trim: every thread has at most {plural(args.keep, 'checkpoint')} to keep")
             for exc in corrupt:

@@ -31,13 +31,17 @@ def when(ts: str | None) -> str:
     return ts[:19].replace("T", " ") if ts else "-"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:
-    """Rows as aligned columns under `headers`; the columns numbered in `right` are right-aligned."""
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = (), optional: Sequence[int] = ()
+) -> str:
+    """Rows as aligned columns under `headers`. Columns numbered in `right` are right-aligned;
+    those in `optional` are left out when no row has a value there."""
     cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    shown = [i for i in range(len(headers)) if i not in optional or any(row[i] for row in cells[1:])]
+    widths = {i: max(len(row[i]) for row in cells) for i in shown}
     lines = []
     for row in cells:
-        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        parts = [row[i].rjust(widths[i]) if i in right else row[i].ljust(widths[i]) for i in shown]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
 
