@@ -25,6 +25,7 @@ from telar_checkpoint.format import (
     write_writes,
 )
 from telar_checkpoint.history import Entry, History
+from telar_checkpoint.parse_cache import ParseCache
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.values import ValueCodec
 
@@ -58,8 +59,10 @@ class CheckpointRecord:
 class CheckpointCodec:
     """Encodes checkpoint records as JSON lines, state values through `serde` (default: `JsonSerializer`)."""
 
-    def __init__(self, serde: SerializerProtocol | None = None) -> None:
+    def __init__(self, serde: SerializerProtocol | None = None, *, cache_size: int = 64) -> None:
         self.values = ValueCodec(serde or JsonSerializer())
+        # Parsing is pure, so its results for the last string of recent threads are memoized.
+        self.cache = ParseCache(cache_size)
 
     # --- records <-> lines ----------------------------------------------------
 
@@ -108,36 +111,49 @@ class CheckpointCodec:
         return self.append(None, record)
 
     def parse(self, thread_id: str | None, data: str | None) -> History:
-        """The parsed history, values still encoded (cheap to query)."""
-        return History.parse(thread_id, data)
+        """The parsed history, values still encoded (cheap to query). Shared: do not change it."""
+        return self.cache.parse(thread_id, data)
+
+    def _result(self, thread_id: str | None, history: History, text: str) -> str:
+        self.cache.keep(thread_id, text, history)
+        return text
+
+    def _appended(self, thread_id: str | None, history: History, stored: str | None, lines: list[str]) -> str:
+        history.line_count += len(lines)
+        return self._result(thread_id, history, (stored or "") + "".join(line + "\n" for line in lines))
 
     def decode(self, thread_id: str | None, data: str | None) -> CheckpointRecord | None:
         """The latest checkpoint of the root namespace (or of the only one), or None."""
-        history = self.parse(thread_id, data)
+        history = History.parse(thread_id, data)
         entry = history.latest("") or max(history.entries.values(), key=lambda e: e.line.id, default=None)
         return self.record(entry) if entry else None
 
     def decode_history(self, thread_id: str | None, data: str | None) -> list[CheckpointRecord]:
         """Every checkpoint, oldest first, with its pending writes folded in."""
-        return [self.record(e) for e in self.parse(thread_id, data).entries.values()]
+        return [self.record(e) for e in History.parse(thread_id, data).entries.values()]
 
-    def append(self, stored: str | None, record: CheckpointRecord, max_history: int | None = None) -> str:
-        """`stored` with `record` added: replacing what it supersedes, then keeping the last `max_history`."""
+    def append(
+        self, stored: str | None, record: CheckpointRecord, max_history: int | None = None, *, thread_id: str | None = None
+    ) -> str:
+        """`stored` with `record` added: replacing what it supersedes, then keeping the last `max_history`.
+
+        `thread_id` only names the thread in errors and keys the parse memo.
+        """
         _check_max_history(max_history)
-        history = self.parse(None, stored)
+        history = self.cache.editable(thread_id, stored)
         line = self._line(record)
         rewrite = history.put(line, self._writes_of(record))
         if max_history is not None:
             rewrite = history.trim(max_history) or rewrite
         if rewrite or history.torn is not None:
-            return history.render()
+            return self._result(thread_id, history, history.render())
         added = [line.text]
         entry = history.get(line.ns, line.id)
         if record.writes and entry is not None:
             added.extend(History._writes_lines(line.ns, line.id, {
                 k: v for k, v in entry.writes.items() if k[0] in {w.task_id for w in record.writes}
             }))
-        return (stored or "") + "".join(a + "\n" for a in added)
+        return self._appended(thread_id, history, stored, added)
 
     def add_writes(
         self,
@@ -147,30 +163,32 @@ class CheckpointCodec:
         task_id: str,
         writes: Sequence[tuple[int, str, Any]],
         task_path: str = "",
+        *,
+        thread_id: str | None = None,
     ) -> str:
         """`stored` with pending writes `(idx, channel, value)` of one task added to a checkpoint.
 
         Regular writes (idx >= 0) already stored are kept as they are; special ones
         (negative idx: errors, interrupts, resumes) overwrite. Appends one line.
         """
-        history = self.parse(None, stored)
         encoded = [(idx, ch, self.values.encode(v)) for idx, ch, v in writes]
+        history = self.cache.editable(thread_id, stored)
         line = history.add_writes(checkpoint_ns, checkpoint_id, task_id, task_path, encoded)
         if history.torn is not None:
-            return history.render()
+            return self._result(thread_id, history, history.render())
         if line is None:
             return stored or ""
-        return (stored or "") + write_writes(line) + "\n"
+        return self._appended(thread_id, history, stored, [write_writes(line)])
 
     def trim(self, stored: str | None, max_history: int) -> str:
         """`stored` cut to its last `max_history` checkpoints (see `append`)."""
         _check_max_history(max_history)
-        history = self.parse(None, stored)
+        history = History.parse(None, stored)
         return history.render() if history.trim(max_history) or history.torn else stored or ""
 
     def remove_runs(self, stored: str | None, run_ids: set[str]) -> str | None:
         """`stored` without the checkpoints (and writes) of the given runs; None when nothing is left."""
-        history = self.parse(None, stored)
+        history = History.parse(None, stored)
         doomed = {k for k, e in history.entries.items() if e.line.metadata.get("run_id") in run_ids}
         if not doomed:
             return stored
@@ -179,7 +197,7 @@ class CheckpointCodec:
 
     def keep_latest(self, stored: str | None) -> str | None:
         """`stored` with only the latest checkpoint of each namespace (and what DeltaChannel needs)."""
-        history = self.parse(None, stored)
+        history = History.parse(None, stored)
         return history.render() if history.keep_latest() or history.torn else stored
 
     def find(self, thread_id: str, history: History, checkpoint_ns: str, checkpoint_id: str | None) -> Entry | None:

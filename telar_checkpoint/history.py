@@ -66,28 +66,50 @@ class History:
         self.orphans: dict[Key, dict[WriteKey, Write]] = {}  # writes that came before their put
         self.dropped: dict[str, DroppedLine] = {}
         self.torn: str | None = None  # an unterminated last line, dropped on read
+        self._latest: dict[str, str] = {}  # namespace -> latest id, kept while only appending
+        self.line_count = 0  # complete lines of the string this history was read from or rendered to
+
+    def clone(self) -> History:
+        """A copy to change while readers keep using this one (entries are copied on write)."""
+        other = History(self.thread_id)
+        other.entries = dict(self.entries)
+        other.orphans = {k: dict(v) for k, v in self.orphans.items()}
+        other.dropped = {ns: DroppedLine(ns, d.floor, list(d.replaced)) for ns, d in self.dropped.items()}
+        other.torn = self.torn
+        other._latest = dict(self._latest)
+        other.line_count = self.line_count
+        return other
 
     # --- reading and writing -------------------------------------------------
 
     @classmethod
     def parse(cls, thread_id: str | None, text: str | None) -> History:
         history = cls(thread_id)
-        if not text:
-            return history
+        history.extend(text or "")
+        return history
+
+    def extend(self, text: str) -> None:
+        """Read `text`, the lines that follow those already read, into this history."""
+        if self.torn is not None:
+            raise ValueError("cannot extend a history whose last line is torn")
         lines = text.split("\n")  # "\n" only: JSON may hold U+2028 raw
         tail = lines.pop()
         if tail:
-            history.torn = tail
-        for number, raw in enumerate(lines, 1):
+            self.torn = tail
+        thread_id, history = self.thread_id, self
+        first_line = self.line_count
+        self.line_count += len(lines)
+        for number, raw in enumerate(lines, first_line + 1):
             line = read_line(raw, thread_id, number)
             if isinstance(line, CheckpointLine):
                 history._add_line(line)
             elif isinstance(line, WritesLine):
-                target = history._writes_for((line.ns, line.checkpoint_id))
+                key = (line.ns, line.checkpoint_id)
+                entry = history.entries.get(key)
+                target = entry.writes if entry is not None else history.orphans.setdefault(key, {})
                 merge_writes(target, line.task_id, line.task_path, line.writes)
             else:
                 history.dropped[line.ns] = line
-        return history
 
     def render(self) -> str:
         """The canonical stored string: dropped lines, then each checkpoint followed by its writes."""
@@ -97,6 +119,8 @@ class History:
             out.extend(self._writes_lines(ns, cid, entry.writes))
         for (ns, cid), writes in self.orphans.items():
             out.extend(self._writes_lines(ns, cid, writes))
+        self.line_count = len(out)
+        self.torn = None
         return "".join(line + "\n" for line in out)
 
     @staticmethod
@@ -111,14 +135,19 @@ class History:
 
     def _add_line(self, line: CheckpointLine) -> None:
         key = (line.ns, line.id)
-        if key in self.entries:
-            self.entries[key].line = line
-        else:
-            self.entries[key] = Entry(line, self.orphans.pop(key, {}))
+        old = self.entries.get(key)
+        self.entries[key] = Entry(line, old.writes if old else self.orphans.pop(key, {}))
+        latest = self._latest.get(line.ns)
+        if latest is None or line.id > latest:
+            self._latest[line.ns] = line.id
 
     def _writes_for(self, key: Key) -> dict[WriteKey, Write]:
+        """The writes of `key`, safe to change: an entry's dict is copied first (readers may share it)."""
         entry = self.entries.get(key)
-        return entry.writes if entry is not None else self.orphans.setdefault(key, {})
+        if entry is None:
+            return self.orphans.setdefault(key, {})
+        entry = self.entries[key] = Entry(entry.line, dict(entry.writes))
+        return entry.writes
 
     def in_ns(self, ns: str) -> list[Entry]:
         return [e for (n, _), e in self.entries.items() if n == ns]
@@ -127,7 +156,14 @@ class History:
         return list(dict.fromkeys(ns for ns, _ in self.entries))
 
     def latest(self, ns: str) -> Entry | None:
-        return max(self.in_ns(ns), key=lambda e: e.line.id, default=None)
+        cid = self._latest.get(ns)
+        if cid is None or (ns, cid) not in self.entries:
+            entry = max(self.in_ns(ns), key=lambda e: e.line.id, default=None)
+            if entry is None:
+                return None
+            self._latest[ns] = entry.line.id
+            return entry
+        return self.entries[(ns, cid)]
 
     def get(self, ns: str, cid: str) -> Entry | None:
         return self.entries.get((ns, cid))
@@ -149,7 +185,7 @@ class History:
         key = (line.ns, line.id)
         in_place = key in self.entries
         self._add_line(line)
-        target = self.entries[key].writes
+        target = self._writes_for(key) if writes else {}
         for task_id, idx, channel, value, path in writes:
             merge_writes(target, task_id, path, [(idx, channel, value)])
         if in_place:
@@ -220,6 +256,7 @@ class History:
         """Remove checkpoints and, with them, subgraph checkpoints that belong to them."""
         dropped = set(keys)
         frontier = set(keys)
+        self._latest.clear()
         while frontier:
             for key in frontier:
                 del self.entries[key]
@@ -245,6 +282,7 @@ class History:
 
     def remove(self, keys: set[Key]) -> None:
         """Remove checkpoints and their writes, remembering nothing (an explicit deletion)."""
+        self._latest.clear()
         for key in keys:
             del self.entries[key]
         for key in [k for k in self.orphans if k in keys]:

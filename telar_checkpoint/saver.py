@@ -216,12 +216,12 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
-        self.store.update(thread_id, lambda old: self.codec.append(old, record, self.max_history))
+        self.store.update(thread_id, lambda old: self.codec.append(old, record, self.max_history, thread_id=thread_id))
         return _config(thread_id, record.checkpoint_ns, record.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, ns, cid, items = self._writes(config, writes)
-        self.store.update(thread_id, lambda old: self.codec.add_writes(old, ns, cid, task_id, items, task_path))
+        self.store.update(thread_id, lambda old: self.codec.add_writes(old, ns, cid, task_id, items, task_path, thread_id=thread_id))
 
     def delete_thread(self, thread_id: str) -> None:
         self.store.delete(str(thread_id))
@@ -278,12 +278,12 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
-        await self.store.aupdate(thread_id, lambda old: self.codec.append(old, record, self.max_history))
+        await self.store.aupdate(thread_id, lambda old: self.codec.append(old, record, self.max_history, thread_id=thread_id))
         return _config(thread_id, record.checkpoint_ns, record.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, ns, cid, items = self._writes(config, writes)
-        await self.store.aupdate(thread_id, lambda old: self.codec.add_writes(old, ns, cid, task_id, items, task_path))
+        await self.store.aupdate(thread_id, lambda old: self.codec.add_writes(old, ns, cid, task_id, items, task_path, thread_id=thread_id))
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self.store.adelete(str(thread_id))

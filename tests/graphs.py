@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import time
 from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
@@ -101,6 +102,7 @@ def fan_out(fail_marker: dict[str, Any], calls: list[int]) -> StateGraph:
         item = s["items"][0]
         calls.append(item)
         if item == 3 and fail_marker.get("fail"):
+            time.sleep(0.3)  # fail after the other tasks are done, so which tasks re-run is certain
             raise RuntimeError("task 3 fails")
         return {"results": [item * 10]}
 

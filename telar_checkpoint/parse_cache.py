@@ -1,0 +1,67 @@
+"""A memo of parsed histories, so that reading and appending do not re-parse a whole thread.
+
+Parsing is a pure function of the stored string, so its result can be kept: for
+each thread the last string seen and its parsed `History`. A string that is the
+same object, or equal, reuses it; one that extends it (another writer appended)
+parses only the new lines. Writers change a clone, never the cached history, so
+readers in other threads can go on using it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from telar_checkpoint.history import History
+
+CACHED_THREADS = 64
+
+
+class ParseCache:
+    """The parsed history of the last string seen, for the most recently used threads."""
+
+    def __init__(self, size: int = CACHED_THREADS) -> None:
+        self.size = size
+        self._items: OrderedDict[str, tuple[str, History]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def parse(self, thread_id: str | None, text: str | None) -> History:
+        """The history of `text`: shared, read-only."""
+        text = text or ""
+        if thread_id is None or self.size <= 0:
+            return History.parse(thread_id, text)
+        with self._lock:
+            cached = self._items.get(thread_id)
+            if cached is not None:
+                self._items.move_to_end(thread_id)
+        if cached is not None:
+            old_text, history = cached
+            if old_text is text or old_text == text:
+                return history
+            if history.torn is None and old_text and text.startswith(old_text):
+                history = history.clone()
+                history.extend(text[len(old_text):])
+                self.keep(thread_id, text, history)
+                return history
+        history = History.parse(thread_id, text)
+        self.keep(thread_id, text, history)
+        return history
+
+    def editable(self, thread_id: str | None, text: str | None) -> History:
+        """The history of `text`, to change."""
+        history = self.parse(thread_id, text)
+        return history.clone() if thread_id is not None and self.size > 0 else history
+
+    def keep(self, thread_id: str | None, text: str, history: History) -> None:
+        """Remember that `text` parses to `history` (which nobody may change any more)."""
+        if thread_id is None or self.size <= 0:
+            return
+        with self._lock:
+            self._items[thread_id] = (text, history)
+            self._items.move_to_end(thread_id)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def forget(self, thread_id: str) -> None:
+        with self._lock:
+            self._items.pop(thread_id, None)
