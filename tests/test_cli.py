@@ -246,7 +246,7 @@ def test_trim_asks_first_and_no_changes_nothing(capsys, url, monkeypatch) -> Non
     before = (Path(url) / "steps.jsonl").read_text()
     code, out, err = run(capsys, "trim", url, "--keep", "2", "steps", stdin="n\n", monkeypatch=monkeypatch)
     assert code == 1 and "THREAD  CHECKPOINTS  AFTER TRIM\nsteps             5           2" in out
-    assert err == "Trim 1 thread, removing 3 checkpoints? [y/N] aborted; nothing was changed\n"
+    assert err == "Trim 1 thread, removing 3 checkpoints? [y/N] n\naborted; nothing was changed\n"
     assert (Path(url) / "steps.jsonl").read_text() == before
 
 

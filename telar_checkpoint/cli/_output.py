@@ -84,6 +84,8 @@ def confirm(question: str, assume_yes: bool) -> bool:
     sys.stderr.write(f"{question} [y/N] ")
     sys.stderr.flush()
     answer = sys.stdin.readline()
-    if not answer.endswith("\n"):
+    if not sys.stdin.isatty():  # piped: show the answer, as a terminal would have echoed it
+        sys.stderr.write(answer.strip() + "\n")
+    elif not answer.endswith("\n"):  # end of input at the prompt
         sys.stderr.write("\n")
     return answer.strip().lower() in ("y", "yes")
