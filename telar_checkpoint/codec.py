@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -93,7 +95,9 @@ class CheckpointCodec:
     def record(self, entry: Entry) -> CheckpointRecord:
         """The record of a parsed entry, with its state values decoded."""
         line = entry.line
-        checkpoint: dict[str, Any] = {**line.checkpoint, "id": line.id}
+        # A fresh copy: the parsed line is shared (memoized), and LangGraph changes what it gets.
+        checkpoint: dict[str, Any] = orjson.loads(orjson.dumps(line.checkpoint))
+        checkpoint["id"] = line.id
         checkpoint["channel_values"] = {k: self.values.decode(v) for k, v in line.values.items()}
         for k, v in line.extra.items():
             checkpoint[k] = self.values.decode(v)
@@ -102,7 +106,8 @@ class CheckpointCodec:
             for (task_id, idx), (channel, value, path) in entry.writes.items()
         ]
         writes.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
-        return CheckpointRecord(checkpoint, dict(line.metadata), line.ns, line.parent, writes)  # type: ignore[arg-type]
+        metadata = orjson.loads(orjson.dumps(line.metadata))
+        return CheckpointRecord(checkpoint, metadata, line.ns, line.parent, writes)  # type: ignore[arg-type]
 
     # --- the public, pure API ---------------------------------------------------
 

@@ -248,7 +248,7 @@ class History:
             ):
                 drop.add((ns, cid))
         dropped = self._drop(drop)
-        for dns, cid in dropped:
+        for dns, cid in sorted(dropped):
             self._remember_replaced(dns, cid)
         return dropped
 

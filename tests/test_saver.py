@@ -1,0 +1,107 @@
+"""TelarSaver itself: what LangGraph relies on beyond the conformance suite, on every store."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from telar_checkpoint import CheckpointDroppedError, MemoryStore, TelarSaver, UsageError
+from tests.graphs import multi_step
+
+
+def config(thread: str = "t", **extra) -> dict:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": "", **extra}}
+
+
+def test_returned_checkpoints_are_copies(store) -> None:
+    """LangGraph changes the dicts it gets back; the next read must not see that."""
+    saver = TelarSaver(store)
+    multi_step().compile(checkpointer=saver).invoke({"log": [], "count": 0}, config())
+    first = saver.get_tuple(config())
+    first.checkpoint["versions_seen"]["mutated"] = {}
+    first.checkpoint["channel_versions"]["log"] = "X"
+    first.metadata["parents"]["x"] = "y"
+    again = saver.get_tuple(config())
+    assert "mutated" not in again.checkpoint["versions_seen"]
+    assert again.checkpoint["channel_versions"]["log"] != "X" and again.metadata["parents"] == {}
+
+
+def test_put_writes_from_many_threads_before_and_after_the_put(store) -> None:
+    saver = TelarSaver(store)
+    checkpoint = empty_checkpoint()
+    target = config(checkpoint_id=checkpoint["id"])
+
+    def write(i: int) -> None:
+        saver.put_writes(target, [("ch", i), ("other", -i)], task_id=f"task-{i}", task_path=f"p{i:02d}")
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(16)]
+    for t in threads[:8]:
+        t.start()
+    saver.put(config(), checkpoint, {"source": "loop", "step": 0, "parents": {}}, {})
+    for t in threads[8:]:
+        t.start()
+    for t in threads:
+        t.join()
+    writes = saver.get_tuple(config()).pending_writes
+    assert sorted(w for w in writes if w[1] == "ch") == sorted((f"task-{i}", "ch", i) for i in range(16))
+    assert len(writes) == 32
+
+
+async def test_async_methods_share_the_sync_logic(store) -> None:
+    saver = TelarSaver(store)
+    cfg = await saver.aput(config(), empty_checkpoint(), {"source": "input", "step": -1, "parents": {}}, {})
+    await saver.aput_writes(cfg, [("a", 1)], "task")
+    assert (await saver.aget_tuple(config())) == saver.get_tuple(config())
+    assert [t async for t in saver.alist(None)] == list(saver.list(None))
+
+
+def test_list_every_thread_with_filter_before_and_limit(store) -> None:
+    saver = TelarSaver(store)
+    for thread in ("a", "b"):
+        parent = config(thread)
+        for step in range(3):
+            parent = saver.put(parent, empty_checkpoint(), {"source": "loop", "step": step, "parents": {}}, {})
+    assert len(list(saver.list(None))) == 6
+    assert [t.metadata["step"] for t in saver.list(config("a"), limit=2)] == [2, 1]
+    assert [t.metadata["step"] for t in saver.list(None, filter={"step": 1})] == [1, 1]
+    latest = saver.get_tuple(config("b"))
+    assert [t.metadata["step"] for t in saver.list(config("b"), before=latest.config)] == [1, 0]
+
+
+def test_get_next_version_keeps_the_json_type() -> None:
+    saver = TelarSaver(MemoryStore())
+    assert saver.get_next_version(None) == 1
+    assert saver.get_next_version(41) == 42
+    nxt = saver.get_next_version("00000000000000000000000000000007.0.123")
+    assert isinstance(nxt, str) and nxt.startswith("00000000000000000000000000000008.") and nxt > "0000000000000000000000000000000"
+
+
+def test_a_foreign_serializer_is_stored_as_tagged_base64(store) -> None:
+    saver = TelarSaver(store, serde=JsonPlusSerializer())
+    multi_step().compile(checkpointer=saver).invoke({"log": ["x"], "count": 0}, config())
+    assert '"$serde"' in store.read("t")
+    assert saver.get_tuple(config()).checkpoint["channel_values"]["log"] == ["x", "a", "b", "c"]
+
+
+def test_dropped_checkpoints_raise_and_unknown_ids_return_none(store) -> None:
+    saver = TelarSaver(store, max_history=2)
+    parent, ids = config(), []
+    for step in range(4):
+        cp = empty_checkpoint()
+        ids.append(cp["id"])
+        parent = saver.put(parent, cp, {"source": "loop", "step": step, "parents": {}}, {})
+    with pytest.raises(CheckpointDroppedError, match="was trimmed"):
+        saver.get_tuple(config(checkpoint_id=ids[0]))
+    assert saver.get_tuple(config(checkpoint_id=empty_checkpoint()["id"])) is None
+    assert saver.get_tuple(config("never")) is None
+
+
+@pytest.mark.parametrize("bad", [0, -3, "5"])
+def test_bad_arguments_are_usage_errors(bad) -> None:
+    with pytest.raises(UsageError, match="max_history"):
+        TelarSaver(MemoryStore(), max_history=bad)
+    with pytest.raises(UsageError, match="prune strategy"):
+        TelarSaver(MemoryStore()).prune(["t"], strategy="all")
