@@ -302,6 +302,14 @@ def test_demo_pauses_and_resumes_in_a_new_saver(capsys, tmp_path) -> None:
     assert code == 2 and "already holds a thread 'demo'" in err
 
 
+def test_demo_without_langgraph_says_what_to_install(capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "langgraph.graph", None)  # import fails as if not installed
+    code, out, err = run(capsys, "demo", str(tmp_path / "demo"))
+    assert (code, out) == (2, "")
+    assert err == ("telar-checkpoint: error: the demo runs a LangGraph graph, and langgraph is not installed: "
+                   "pip install langgraph\n")
+
+
 def test_export_then_import(capsys, url, tmp_path) -> None:
     target = tmp_path / "jsonl" / "sub.jsonl"
     target.parent.mkdir()
