@@ -1,0 +1,209 @@
+"""The targets of issue 5, checked against one run's results, and the Markdown report.
+
+Every target is a ratio of two contenders measured in the same run (never of
+absolute times, which mean little on a noisy machine). Agent-loop ratios compare
+medians over the turns both contenders completed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.workloads import MICRO_OPS, SCALE_OPS
+
+
+@dataclass
+class Target:
+    goal: str
+    value: float | None  # the measured ratio
+    limit: float
+    direction: str  # "<=" or ">="
+    detail: str = ""
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        return self.value <= self.limit if self.direction == "<=" else self.value >= self.limit
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "goal": self.goal, "ratio": self.value, "limit": f"{self.direction} {self.limit}",
+            "met": self.met, "detail": self.detail,
+        }  # fmt: skip
+
+
+def _overhead_ratio(results: dict[str, Any], a: str, b: str) -> tuple[float | None, str]:
+    loop = results.get("agent_loop", {})
+    if a not in loop or b not in loop:
+        return None, "not measured"
+    sa, sb = loop[a]["overhead_samples_ms"], loop[b]["overhead_samples_ms"]
+    n = min(len(sa), len(sb))
+    if n == 0:
+        return None, "no turns"
+    ma, mb = statistics.median(sa[:n]), statistics.median(sb[:n])
+    note = f"median overhead over turns 1-{n}: {ma:.2f} ms vs {mb:.2f} ms"
+    if mb <= 0:
+        return None, note + " (baseline not positive)"
+    return ma / mb, note
+
+
+def _ratio_of(value: Callable[[str], float | None], a: str, b: str, unit: str) -> tuple[float | None, str]:
+    va, vb = value(a), value(b)
+    if va is None or vb is None:
+        return None, "not measured"
+    return (va / vb if vb else None), f"{va:,.1f} vs {vb:,.1f} {unit}"
+
+
+def targets(results: dict[str, Any]) -> list[Target]:
+    found: list[Target] = []
+
+    def overhead(a: str, b: str, limit: float, goal: str) -> None:
+        ratio, detail = _overhead_ratio(results, a, b)
+        found.append(Target(goal, ratio, limit, "<=", detail))
+
+    overhead("Telar/file", "InMemorySaver", 1.0, "file store per-invoke overhead <= InMemorySaver's")
+    overhead("Telar/file", "SqliteSaver", 0.5, "file store per-invoke overhead <= 1/2 SqliteSaver's")
+    overhead("Telar/sqlite", "SqliteSaver", 0.5, "SQLite store per-invoke overhead <= 1/2 SqliteSaver's")
+    overhead("Telar/postgres", "PostgresSaver", 0.5, "Postgres store per-invoke overhead <= 1/2 PostgresSaver's")
+    overhead("Telar/redis", "PlainRedisSaver", 0.5, "Redis store per-invoke overhead <= 1/2 plain-Redis saver's")
+
+    scaling = results.get("scaling", {})
+    for name in ("Telar/file", "Telar/sqlite", "Telar/postgres", "Telar/redis", "Telar/memory"):
+        by_level = scaling.get(name, {}).get("unbounded")
+        if not by_level:
+            continue
+        levels = sorted(by_level, key=int)
+        low, high = levels[0], levels[-1]
+        ratios = {op: by_level[high][op]["median"] / by_level[low][op]["median"] for op in SCALE_OPS}
+        worst = max(ratios, key=lambda op: ratios[op])
+        detail = ", ".join(f"{op} x{r:.2f}" for op, r in ratios.items())
+        goal = f"{name}: put/put_writes/get_tuple at {high} checkpoints <= 1.5x at {low} (worst: {worst})"
+        found.append(Target(goal, ratios[worst], 1.5, "<=", detail))
+
+    storage = results.get("storage", {})
+
+    def per_checkpoint(name: str) -> float | None:
+        return storage.get(name, {}).get("per_checkpoint")
+
+    for name in ("Telar/file", "Telar/sqlite", "Telar/postgres", "Telar/redis"):
+        if name in storage:
+            ratio, detail = _ratio_of(per_checkpoint, name, "PostgresSaver", "bytes per checkpoint")
+            turns = results.get("agent_loop", {})
+            if turns.get(name, {}).get("turns") != turns.get("PostgresSaver", {}).get("turns"):
+                ratio, detail = None, "not comparable: the two ran a different number of agent-loop turns"
+            found.append(Target(f"{name} storage per checkpoint <= PostgresSaver's", ratio, 1.0, "<=", detail))
+
+    concurrency = results.get("concurrency", {})
+    ratio, detail = _ratio_of(
+        lambda n: concurrency.get(n, {}).get("invokes_per_s"), "Telar/file", "SqliteSaver", "invokes/s"
+    )
+    found.append(Target("8-worker throughput, file store >= 1.5x SqliteSaver's", ratio, 1.5, ">=", detail))
+    return found
+
+
+# --- Markdown ------------------------------------------------------------------------------------
+
+
+def _n(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return out + [""]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    s = results["settings"]
+    lines = [
+        "# telar-checkpoint benchmarks",
+        "",
+        f"- date: {results['date']} (took {results['seconds']:.0f} s)",
+        f"- command: `{results['command']}`",
+        f"- commit: {m['commit']}",
+        f"- machine: {m['cpu_count']} CPUs, {m['platform']}, Python {m['python']}",
+        f"- servers: {m.get('servers', {})}",
+        "- packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items()),
+        f"- settings: {s}",
+        "",
+        "Ratios compare contenders measured in the same run, interleaved round by round.",
+        "",
+    ]
+    for note in results.get("notes", []):
+        lines.append(f"> {note}")
+    lines.append("")
+
+    lines += ["## Targets", ""]
+    lines += _table(
+        ["target", "ratio", "limit", "result", "detail"],
+        [
+            [t["goal"], _n(t["ratio"]), t["limit"], {True: "met", False: "**missed**", None: "n/a"}[t["met"]], t["detail"]]
+            for t in results["targets"]
+        ],
+    )
+
+    loop = results.get("agent_loop", {})
+    if loop:
+        lines += [f"## 1. Agent loop: {s['turns']} invokes on one thread (durability={s['durability']})", ""]
+        base = loop["baseline"]["invoke_ms"]
+        lines.append(f"No checkpointer: invoke median {_n(base['median'])} ms, p95 {_n(base['p95'])} ms.")
+        lines.append("")
+        rows = []
+        for name, r in loop.items():
+            if name == "baseline":
+                continue
+            ratio, _ = _overhead_ratio(results, name, "InMemorySaver")
+            turns = f"{r['turns']}" + (" (stopped: budget)" if r["stopped_early"] else "")
+            rows.append([name, turns, _n(r["overhead_ms"]["median"]), _n(r["overhead_ms"]["p95"]),
+                         _n(r["invoke_ms"]["median"]), _n(ratio)])  # fmt: skip
+        lines += _table(["saver", "turns", "overhead median ms", "overhead p95 ms", "invoke median ms", "x InMemorySaver"], rows)
+
+    micro = results.get("micro", {})
+    if micro:
+        lines += [f"## 2. Micro operations ({s['micro_rounds']} rounds; median µs, p95 in brackets)", ""]
+        rows = [[name] + [f"{_n(ops[op]['median'], 0)} ({_n(ops[op]['p95'], 0)})" for op in MICRO_OPS] for name, ops in micro.items()]
+        lines += _table(["saver", *MICRO_OPS], rows)
+
+    scaling = results.get("scaling", {})
+    if scaling:
+        lines += ["## 3. Scaling with thread length (median µs of one call)", ""]
+        levels = [str(level) for level in s["scale_levels"]]
+        for op in SCALE_OPS:
+            lines += [f"### {op}", ""]
+            rows = []
+            for name, variants in scaling.items():
+                for variant, by_level in variants.items():
+                    medians = [by_level.get(level, {}).get(op, {}).get("median") for level in levels]
+                    growth = medians[-1] / medians[0] if medians[0] and medians[-1] else None
+                    rows.append([name, variant, *[_n(v, 0) for v in medians], _n(growth)])
+            lines += _table(["saver", "history", *levels, f"x ({levels[-1]} / {levels[0]})"], rows)
+
+    storage = results.get("storage", {})
+    if storage:
+        lines += ["## 4. Storage after the agent loop", ""]
+        pg = storage.get("PostgresSaver", {}).get("per_checkpoint")
+        rows = [
+            [name, str(r["checkpoints"]), f"{r['bytes']:,}", _n(r["per_checkpoint"], 0), _n(r["other_per_checkpoint"], 0),
+             _n(r["per_checkpoint"] / pg if pg and r["per_checkpoint"] else None), r["how"]]
+            for name, r in storage.items()
+        ]  # fmt: skip
+        lines += _table(["saver", "checkpoints", "bytes", "per checkpoint", "other view per checkpoint", "x PostgresSaver", "measured as"], rows)
+
+    concurrency = results.get("concurrency", {})
+    if concurrency:
+        lines += [f"## 5. Concurrency: {s['workers']} worker threads x {s['worker_turns']} turns, one process", ""]
+        sq = concurrency.get("SqliteSaver", {}).get("invokes_per_s")
+        rows = [
+            [name, _n(r["invokes_per_s"], 1), ", ".join(_n(x, 1) for x in r["rounds"]), _n(r["invokes_per_s"] / sq if sq else None)]
+            for name, r in concurrency.items()
+        ]
+        lines += _table(["saver", "invokes/s (median)", "rounds", "x SqliteSaver"], rows)
+        lines.append("One Python process: the workers share the GIL, so only I/O waits overlap.")
+        lines.append("")
+    return "\n".join(lines)

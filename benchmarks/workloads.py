@@ -1,0 +1,323 @@
+"""The five workloads. Each runs every contender in one process, interleaved.
+
+Interleaving: a workload is a sequence of rounds, and each round runs the same
+step for every contender, in an order rotated by one per round (A B C, B C A, ...),
+so drift in the machine's speed (other jobs, thermal, caches) spreads over all
+contenders instead of landing on whichever ran last. Times are wall-clock
+`perf_counter` nanoseconds; results are stored in milliseconds or microseconds.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from benchmarks.agent import agent_builder, human
+from benchmarks.checkpoints import Chain, sample_messages, small_values, telar_lines, thread_config
+from benchmarks.contenders import Contender
+
+T = TypeVar("T")
+
+
+@dataclass
+class Settings:
+    """Sizes of one run (see `FULL`, `QUICK` in run.py)."""
+
+    turns: int = 100  # workload 1: invokes on one thread
+    turn_budget_s: float = 60.0  # workload 1: a contender stops once its invokes took this long
+    durability: str = "sync"  # of every invoke: the checkpoint is written before invoke returns
+    micro_rounds: int = 200  # workload 2
+    scale_levels: tuple[int, ...] = (10, 100, 1000, 5000)  # workload 3
+    scale_repeats: int = 5
+    max_history: int = 20
+    workers: int = 8  # workload 5
+    worker_turns: int = 20
+    concurrency_rounds: int = 2
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def rotated(items: Sequence[T], k: int) -> list[T]:
+    k %= max(len(items), 1)
+    return [*items[k:], *items[:k]]
+
+
+def summary(samples: Sequence[float]) -> dict[str, float | int | None]:
+    """Median, 95th percentile (nearest rank), min and count."""
+    if not samples:
+        return {"median": None, "p95": None, "min": None, "n": 0}
+    ordered = sorted(samples)
+    return {
+        "median": statistics.median(ordered),
+        "p95": ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)],
+        "min": ordered[0],
+        "n": len(ordered),
+    }
+
+
+def timed(action: Callable[[], T]) -> tuple[T, float]:
+    """The result of `action` and the seconds it took."""
+    start = time.perf_counter_ns()
+    result = action()
+    return result, (time.perf_counter_ns() - start) / 1e9
+
+
+# --- 1. the agent loop -----------------------------------------------------------------
+
+
+def agent_loop(contenders: list[Contender], settings: Settings) -> dict[str, Any]:
+    """`turns` invokes on one thread per contender; overhead over the same graph with no checkpointer.
+
+    The no-checkpointer graph runs in every round too, fed the whole conversation so
+    far (so its nodes see the same state), and each contender's overhead in a round
+    is its invoke time minus the baseline's in that round. A contender whose invokes
+    add up to more than `turn_budget_s` stops early; that is reported, not hidden.
+    """
+    builder = agent_builder()
+    graphs = {c.name: builder.compile(checkpointer=c.saver) for c in contenders}
+    baseline = builder.compile()
+    conversation: list[BaseMessage] = []
+    base_ms: list[float] = []
+    invoke_ms: dict[str, list[float]] = {c.name: [] for c in contenders}
+    spent = {c.name: 0.0 for c in contenders}
+    active: list[Contender | None] = [None, *contenders]  # None: the baseline
+    for turn in range(settings.turns):
+        for c in rotated(active, turn):
+            if c is None:
+                out, seconds = timed(lambda: baseline.invoke({"messages": [*conversation, human(turn)]}))
+                conversation = out["messages"]
+                base_ms.append(seconds * 1e3)
+                continue
+            config = thread_config("agent")
+            graph = graphs[c.name]
+            _, seconds = timed(lambda: graph.invoke({"messages": [human(turn)]}, config, durability=settings.durability))
+            invoke_ms[c.name].append(seconds * 1e3)
+            spent[c.name] += seconds
+            if spent[c.name] > settings.turn_budget_s and turn + 1 < settings.turns:
+                log(f"  agent loop: {c.name} stops after {turn + 1} turns ({spent[c.name]:.0f} s, over the budget)")
+                active.remove(c)
+        if turn % 10 == 9:
+            log(f"  agent loop: turn {turn + 1}/{settings.turns}")
+        gc.collect()
+    results: dict[str, Any] = {"baseline": {"invoke_ms": summary(base_ms), "samples_ms": base_ms}}
+    for c in contenders:
+        times = invoke_ms[c.name]
+        overhead = [t - b for t, b in zip(times, base_ms)]
+        results[c.name] = {
+            "turns": len(times),
+            "stopped_early": len(times) < settings.turns,
+            "overhead_ms": summary(overhead),
+            "invoke_ms": summary(times),
+            "overhead_samples_ms": overhead,
+        }
+    return results
+
+
+# --- 4. storage (right after the agent loop, before anything else is written) ------------
+
+
+def storage(contenders: list[Contender]) -> dict[str, Any]:
+    results = {}
+    for c in contenders:
+        held = c.storage()
+        checkpoints = sum(1 for _ in c.saver.list(thread_config("agent")))
+        per = (lambda n: round(n / checkpoints, 1) if checkpoints else None)
+        results[c.name] = {
+            "checkpoints": checkpoints,
+            "bytes": held.bytes,
+            "other_bytes": held.other,
+            "per_checkpoint": per(held.bytes),
+            "other_per_checkpoint": per(held.other),
+            "how": held.how,
+        }
+    return results
+
+
+# --- 2. micro operations -------------------------------------------------------------------
+
+MICRO_OPS = ("put", "put_writes", "get_tuple latest", "get_tuple by id", "list limit=10")
+
+
+def micro(contenders: list[Contender], settings: Settings) -> dict[str, Any]:
+    """Each round: a put (10 messages and a counter), a put_writes on it, two reads and a list.
+
+    The thread grows by one checkpoint a round, from a few to `micro_rounds`; the
+    scaling workload is the one that isolates thread length.
+    """
+    messages = sample_messages(10)
+    extra = [AIMessage(content="a pending write of one message", id="pending-1")]
+    chains = {c.name: Chain(c.saver, "micro") for c in contenders}
+    for c in contenders:  # a few checkpoints to read from at the start
+        for step in range(3):
+            chains[c.name].put({"messages": messages, "step": step})
+    samples: dict[str, dict[str, list[float]]] = {c.name: {op: [] for op in MICRO_OPS} for c in contenders}
+    for round_ in range(settings.micro_rounds):
+        for c in rotated(contenders, round_):
+            saver, chain, us = c.saver, chains[c.name], samples[c.name]
+            config, checkpoint, metadata, versions = chain.next({"messages": messages, "step": round_})
+            stored, seconds = timed(lambda: saver.put(config, checkpoint, metadata, versions))  # type: ignore[arg-type]
+            us["put"].append(seconds * 1e6)
+            chain.done(stored, versions)
+            _, seconds = timed(lambda: saver.put_writes(stored, [("messages", extra), ("step", round_)], f"task-{round_}"))
+            us["put_writes"].append(seconds * 1e6)
+            _, seconds = timed(lambda: saver.get_tuple(thread_config("micro")))
+            us["get_tuple latest"].append(seconds * 1e6)
+            old = chain.ids[len(chain.ids) // 2]
+            _, seconds = timed(lambda: saver.get_tuple(thread_config("micro", old)))
+            us["get_tuple by id"].append(seconds * 1e6)
+            _, seconds = timed(lambda: list(saver.list(thread_config("micro"), limit=10)))
+            us["list limit=10"].append(seconds * 1e6)
+        if round_ % 50 == 49:
+            log(f"  micro: round {round_ + 1}/{settings.micro_rounds}")
+    return {name: {op: summary(v) for op, v in ops.items()} for name, ops in samples.items()}
+
+
+# --- 3. scaling with thread length -------------------------------------------------------------
+
+SCALE_OPS = ("put", "put_writes", "get_tuple")
+
+
+@dataclass
+class _Scaled:
+    """One thread being measured at growing lengths: a contender, unbounded or with max_history."""
+
+    contender: Contender
+    variant: str  # "unbounded" or "max_history=N"
+    saver: Any
+    chain: Chain
+
+
+def scaling(contenders: list[Contender], settings: Settings) -> dict[str, Any]:
+    """put, put_writes and get_tuple on threads of each length in `scale_levels`.
+
+    TelarSaver threads are written whole from codec-encoded lines (a fresh thread per
+    length; with max_history the text is trimmed as N puts would leave it). Other
+    savers' threads grow by real puts (SqliteSaver's with ``synchronous=OFF`` while
+    building, to save time). Each length then gets `scale_repeats` interleaved rounds.
+    """
+    levels = sorted(settings.scale_levels)
+    mh = settings.max_history
+    variant_mh = f"max_history={mh}"
+    lines: list[str] = []
+    ids: list[str] = []
+    scaled: list[_Scaled] = []
+    for c in contenders:
+        scaled.append(_Scaled(c, "unbounded", c.saver, Chain(c.saver, "scale")))
+        if c.is_telar:
+            saver = c.telar(mh)
+            scaled.append(_Scaled(c, variant_mh, saver, Chain(saver, "scale-mh")))
+    telar = [s for s in scaled if s.contender.is_telar]
+    if telar:
+        lines, ids = telar_lines(telar[0].saver.codec, levels[-1])
+    samples: dict[str, dict[str, dict[int, dict[str, list[float]]]]] = {}
+    for level in levels:
+        for s in scaled:
+            _, seconds = timed(lambda: _grow(s, level, lines, ids, mh))
+            if seconds > 5:
+                log(f"  scaling: built {s.contender.name} ({s.variant}) to {level} checkpoints in {seconds:.0f} s")
+        for r in range(settings.scale_repeats):
+            for s in rotated(scaled, r):
+                us = samples.setdefault(s.contender.name, {}).setdefault(s.variant, {}).setdefault(
+                    level, {op: [] for op in SCALE_OPS}
+                )
+                config, checkpoint, metadata, versions = s.chain.next(small_values(len(s.chain.ids)))
+                stored, seconds = timed(lambda: s.saver.put(config, checkpoint, metadata, versions))
+                us["put"].append(seconds * 1e6)
+                s.chain.done(stored, versions)
+                _, seconds = timed(lambda: s.saver.put_writes(stored, [("step", r)], f"task-{r}"))
+                us["put_writes"].append(seconds * 1e6)
+                _, seconds = timed(lambda: s.saver.get_tuple(thread_config(s.chain.thread_id)))
+                us["get_tuple"].append(seconds * 1e6)
+        log(f"  scaling: {level} checkpoints measured")
+    return {
+        name: {
+            variant: {str(level): {op: summary(v) for op, v in ops.items()} for level, ops in by_level.items()}
+            for variant, by_level in variants.items()
+        }
+        for name, variants in samples.items()
+    }
+
+
+def _grow(s: _Scaled, level: int, lines: list[str], ids: list[str], max_history: int) -> None:
+    """Bring the thread of `s` to `level` checkpoints."""
+    c = s.contender
+    if c.is_telar:
+        thread = f"{'scale' if s.variant == 'unbounded' else 'scale-mh'}-{level}"
+        text = "".join(lines[:level])
+        if s.variant != "unbounded":
+            text = s.saver.codec.trim(text, max_history)
+        assert c.store is not None
+        c.store.write(thread, text)
+        s.chain.thread_id = thread
+        s.chain.ids = list(ids[:level])
+        s.chain.versions = {"step": level, "note": level}
+        return
+    conn = getattr(c.saver, "conn", None) if c.name == "SqliteSaver" else None
+    if conn is not None:
+        conn.execute("PRAGMA synchronous = OFF")
+    try:
+        while len(s.chain.ids) < level:
+            s.chain.put(small_values(len(s.chain.ids)))
+    finally:
+        if conn is not None:
+            conn.execute("PRAGMA synchronous = FULL")
+
+
+# --- 5. concurrency ---------------------------------------------------------------------------
+
+
+def concurrency(contenders: list[Contender], settings: Settings) -> dict[str, Any]:
+    """`workers` Python threads, each invoking the agent loop on a thread id of its own, all at once.
+
+    One process: the threads share the GIL, so only I/O waits (fsync, the network)
+    overlap; the encoding work of every worker runs one at a time.
+    """
+    builder = agent_builder()
+    rates: dict[str, list[float]] = {c.name: [] for c in contenders}
+    for round_ in range(settings.concurrency_rounds):
+        for c in rotated(contenders, round_):
+            graph = builder.compile(checkpointer=c.saver)
+            tag = uuid.uuid4().hex[:6]
+            start = threading.Barrier(settings.workers + 1)
+            errors: list[BaseException] = []
+
+            def work(worker: int) -> None:
+                config = thread_config(f"conc-{tag}-{worker}")
+                start.wait()
+                try:
+                    for turn in range(settings.worker_turns):
+                        graph.invoke({"messages": [human(turn)]}, config, durability=settings.durability)
+                except BaseException as exc:  # reported by the main thread
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=work, args=(w,)) for w in range(settings.workers)]
+            for t in threads:
+                t.start()
+            start.wait()
+            began = time.perf_counter()
+            for t in threads:
+                t.join()
+            elapsed = time.perf_counter() - began
+            if errors:
+                raise RuntimeError(f"concurrency: {c.name} failed: {errors[0]!r}") from errors[0]
+            rates[c.name].append(settings.workers * settings.worker_turns / elapsed)
+            log(f"  concurrency: {c.name} round {round_ + 1}: {rates[c.name][-1]:.1f} invokes/s")
+    return {
+        name: {"invokes_per_s": statistics.median(r), "rounds": r, "workers": settings.workers, "turns": settings.worker_turns}
+        for name, r in rates.items()
+    }

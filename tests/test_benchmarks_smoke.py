@@ -1,0 +1,47 @@
+"""The benchmark harness runs end to end at tiny sizes (no timing is checked, only that numbers came out)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from benchmarks import run as bench
+from benchmarks.workloads import MICRO_OPS, SCALE_OPS
+
+LOCAL = ["InMemorySaver", "SqliteSaver", "Telar/memory", "Telar/file", "Telar/sqlite"]
+TINY = dataclasses.replace(
+    bench.QUICK, turns=3, turn_budget_s=60.0, micro_rounds=3, scale_levels=(2, 25), scale_repeats=2,
+    workers=2, worker_turns=2, concurrency_rounds=1,
+)  # fmt: skip
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def test_quick_run_measures_every_workload_for_every_saver(tmp_path: Path) -> None:
+    results = bench.run(TINY, LOCAL, tmp_path / "results", data_dir=str(tmp_path), command="smoke")
+
+    assert results["contenders"] == LOCAL and not results["skipped"]
+    for name in LOCAL:
+        loop = results["agent_loop"][name]
+        assert loop["turns"] == TINY.turns
+        assert _number(loop["overhead_ms"]["median"]) and _number(loop["overhead_ms"]["p95"])
+        assert all(_number(results["micro"][name][op]["median"]) for op in MICRO_OPS)
+        variants = results["scaling"][name]
+        assert ("max_history=20" in variants) == name.startswith("Telar/")
+        for by_level in variants.values():
+            assert sorted(by_level, key=int) == ["2", "25"]
+            assert all(_number(by_level[level][op]["median"]) for level in by_level for op in SCALE_OPS)
+        storage = results["storage"][name]
+        assert storage["checkpoints"] == 5 * TINY.turns  # input + 4 steps per turn
+        assert _number(storage["per_checkpoint"]) and storage["per_checkpoint"] > 0
+        assert _number(results["concurrency"][name]["invokes_per_s"])
+    assert results["agent_loop"]["baseline"]["invoke_ms"]["n"] == TINY.turns
+    assert results["targets"] and all({"goal", "ratio", "met"} <= set(t) for t in results["targets"])
+
+    written = json.loads((tmp_path / "results" / "latest.json").read_text())
+    assert written["contenders"] == LOCAL
+    table = (tmp_path / "results" / "latest.md").read_text()
+    assert "## Targets" in table and all(name in table for name in LOCAL)
