@@ -99,6 +99,7 @@ class PostgresStore(Store):
         self._apool: AsyncConnectionPool | None = None
         self._apool_task: asyncio.Task[AsyncConnectionPool] | None = None
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     # Operations, each written once as steps
 
@@ -160,6 +161,8 @@ class PostgresStore(Store):
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._pid != os.getpid():  # forked: the parent's pools and their threads are not ours
+            self._pid, self._lock, self._pool, self._apool, self._apool_task = os.getpid(), threading.Lock(), None, None, None
         with self._lock:
             if self._pool is None:
                 if not self._ready:
@@ -194,6 +197,8 @@ class PostgresStore(Store):
         """The async pool of the running loop, opened on first use (a new loop gets a new pool)."""
         loop = asyncio.get_running_loop()
         task = self._apool_task
+        if self._pid != os.getpid():
+            self._pid, self._lock, self._pool, self._apool, task = os.getpid(), threading.Lock(), None, None, None
         if task is None or task.get_loop() is not loop or (task.done() and task.exception() is not None):
             task = self._apool_task = loop.create_task(self._open_async_pool())
         return await asyncio.shield(task)
