@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote_to_bytes
 
@@ -50,8 +52,18 @@ def decode_name(relative: str) -> str | None:
     return key_str if encode_name(key_str) == relative else None
 
 
+_Signature = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
+
+
 class FileStore(Store):
-    """Histories as files under `directory`, one per thread."""
+    """Histories as files under `directory`, one per thread.
+
+    The last text read or written for each file is kept with the file's
+    signature (inode, size, modification times); a read whose signature still
+    matches costs one `stat`, so long histories are not re-read on every step.
+    Any change by another process changes the signature: appends grow the size,
+    rewrites rename a new inode into place.
+    """
 
     kind = "file"
 
@@ -61,6 +73,9 @@ class FileStore(Store):
         self.dir_mode = mode | ((mode & 0o444) >> 2)  # x wherever r: 0600 -> 0700
         self.fsync = fsync
         self._mkdir(self.directory)
+        self._texts: dict[str, tuple[_Signature, str]] = {}
+        self._thread_locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
 
     def _mkdir(self, path: Path) -> None:
         try:
@@ -72,35 +87,71 @@ class FileStore(Store):
         """The file that holds `key`."""
         return self.directory / encode_name(key)
 
-    def _lock(self, key: str) -> FileLock:
-        locks = self.directory / _LOCKS
-        self._mkdir(locks)
-        name = encode_name(key).replace("/", "~")[-_SEGMENT:]
-        return FileLock(str(locks / (name + ".lock")), mode=self.mode)
+    @contextmanager
+    def _lock(self, key: str) -> Iterator[None]:
+        """Hold the thread's lock: a threading lock in this process, then the lock file."""
+        with self._guard:
+            local = self._thread_locks.setdefault(key, threading.Lock())
+        with local:
+            locks = self.directory / _LOCKS
+            self._mkdir(locks)
+            name = encode_name(key).replace("/", "~")[-_SEGMENT:]
+            with FileLock(str(locks / (name + ".lock")), mode=self.mode).acquire(poll_interval=0.001):
+                yield
 
-    def read(self, key: str) -> str | None:
+    @staticmethod
+    def _signature(path: Path) -> _Signature | None:
         try:
-            with open(self.path(key), encoding="utf-8", errors="surrogateescape", newline="") as f:
-                return f.read()
+            st = os.stat(path)
         except FileNotFoundError:
             return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def read(self, key: str) -> str | None:
+        path = self.path(key)
+        signature = self._signature(path)
+        if signature is None:
+            self._texts.pop(key, None)
+            return None
+        cached = self._texts.get(key)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+                signature = self._signature_of(f.fileno())
+                text = f.read()
+        except FileNotFoundError:
+            return None
+        self._texts[key] = (signature, text)
+        return text
+
+    @staticmethod
+    def _signature_of(fd: int) -> _Signature:
+        st = os.fstat(fd)
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def update(self, key: str, change: Change) -> str | None:
         with self._lock(key):
             old = self.read(key)
+            self._texts.pop(key, None)  # re-read after a failed write
             new = change(old)
             if new is None:
                 if old is not None:
                     self._remove(key)
-            elif old is not None and new.startswith(old):
+                return None
+            if old is not None and new.startswith(old):
                 if len(new) > len(old):
                     self._append(key, new[len(old) :])
             else:
                 self._replace(key, new)
+            signature = self._signature(self.path(key))
+            if signature is not None:
+                self._texts[key] = (signature, new)
             return new
 
     def delete(self, key: str) -> None:
         with self._lock(key):
+            self._texts.pop(key, None)
             self._remove(key)
 
     def _remove(self, key: str) -> None:
