@@ -16,7 +16,12 @@ class UsageError(TelarError, ValueError):
 
 
 class StoreError(TelarError):
-    """A store could not be reached or refused an operation; nothing was written."""
+    """A store could not be reached or refused an operation.
+
+    The stored value is as it was, except when the connection dropped while a
+    commit was under way: then the write may or may not have been applied
+    (never twice), and reading the thread tells which.
+    """
 
 
 class SerializationError(TelarError):

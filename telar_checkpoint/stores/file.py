@@ -117,7 +117,7 @@ class FileStore(Store):
         if cached is not None and cached[0] == signature:
             return cached[1]
         try:
-            with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+            with open(path, encoding="utf-8", errors="surrogatepass", newline="") as f:
                 signature = self._signature_of(f.fileno())
                 text = f.read()
         except FileNotFoundError:
@@ -161,7 +161,7 @@ class FileStore(Store):
             pass
 
     def _append(self, key: str, text: str) -> None:
-        with open(self.path(key), "a", encoding="utf-8", errors="surrogateescape", newline="") as f:
+        with open(self.path(key), "a", encoding="utf-8", errors="surrogatepass", newline="") as f:
             f.write(text)
             f.flush()
             if self.fsync:
@@ -175,7 +175,7 @@ class FileStore(Store):
         fd, tmp = tempfile.mkstemp(dir=tmp_dir, suffix=".part")
         try:
             os.fchmod(fd, self.mode)
-            with open(fd, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+            with open(fd, "w", encoding="utf-8", errors="surrogatepass", newline="") as f:
                 f.write(text)
                 f.flush()
                 if self.fsync:
