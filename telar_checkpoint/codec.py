@@ -26,7 +26,7 @@ from telar_checkpoint.format import (
     write_checkpoint,
     write_writes,
 )
-from telar_checkpoint.history import Entry, History
+from telar_checkpoint.history import MAX_CHAIN, Entry, History
 from telar_checkpoint.parse_cache import ParseCache
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.values import ValueCodec
@@ -68,9 +68,11 @@ class CheckpointCodec:
 
     # --- records <-> lines ----------------------------------------------------
 
-    def _line(self, record: CheckpointRecord) -> CheckpointLine:
+    def _line(self, record: CheckpointRecord, history: History | None = None) -> CheckpointLine:
         cp = record.checkpoint
         values = {k: self.values.encode(v) for k, v in cp.get("channel_values", {}).items()}
+        parent = history.get(record.checkpoint_ns, record.parent_id) if history and record.parent_id else None
+        appended = _appended(values, parent) if parent is not None else {}
         plain = {k: cp[k] for k in PLAIN_CHECKPOINT_KEYS if k in cp}
         extra = {
             k: self.values.encode(v)
@@ -85,6 +87,7 @@ class CheckpointCodec:
             checkpoint=plain,
             extra=extra,
             values=values,
+            appended=appended,
         )
         line.text = write_checkpoint(line)
         return line
@@ -99,6 +102,8 @@ class CheckpointCodec:
         checkpoint: dict[str, Any] = orjson.loads(orjson.dumps(line.checkpoint))
         checkpoint["id"] = line.id
         checkpoint["channel_values"] = {k: self.values.decode(v) for k, v in line.values.items()}
+        for channel in line.appended:
+            checkpoint["channel_values"][channel] = self.values.decode(entry.value(channel))
         for k, v in line.extra.items():
             checkpoint[k] = self.values.decode(v)
         writes = [
@@ -146,7 +151,7 @@ class CheckpointCodec:
         """
         _check_max_history(max_history)
         history = self.cache.editable(thread_id, stored)
-        line = self._line(record)
+        line = self._line(record, history)
         rewrite = history.put(line, self._writes_of(record))
         if max_history is not None:
             rewrite = history.trim(max_history) or rewrite
@@ -216,6 +221,28 @@ class CheckpointCodec:
         if entry is None and (reason := history.dropped_reason(checkpoint_ns, checkpoint_id)):
             raise CheckpointDroppedError(thread_id, checkpoint_ns, checkpoint_id, reason)
         return entry
+
+
+def _appended(values: dict[str, Any], parent: Entry) -> dict[str, list[Any]]:
+    """The list channels that only grew since `parent`: moved out of `values`, as the items added.
+
+    Compared as JSON text, so that a change of type (1 to 1.0 or true) is never taken for no change.
+    """
+    appended = {}
+    for channel, value in values.items():
+        if type(value) is not list or not value or not parent.has(channel):
+            continue
+        before = parent.value(channel)
+        if (
+            type(before) is list
+            and 0 < len(before) <= len(value)
+            and parent.depth(channel) < MAX_CHAIN
+            and orjson.dumps(value[: len(before)]) == orjson.dumps(before)
+        ):
+            appended[channel] = value[len(before) :]
+    for channel in appended:
+        del values[channel]
+    return appended
 
 
 def _check_max_history(max_history: int | None) -> None:

@@ -35,6 +35,7 @@ class CheckpointLine:
     checkpoint: dict[str, Any]  # the plain fields, without id and channel_values
     extra: dict[str, Any]  # other checkpoint fields, encoded values
     values: dict[str, Any]  # channel -> encoded value
+    appended: dict[str, list[Any]] = field(default_factory=dict)  # channel -> items added to the parent's list
     text: str = ""  # the line as stored, without its newline
 
     @property
@@ -103,6 +104,8 @@ def write_checkpoint(line: CheckpointLine) -> str:
     if line.extra:
         doc["extra"] = line.extra
     doc["values"] = line.values
+    if line.appended:
+        doc["appended"] = line.appended
     return _dumps(doc)
 
 
@@ -161,6 +164,14 @@ def _read_checkpoint(f: _Fields, ns: str) -> CheckpointLine:
     checkpoint = f.get("checkpoint", dict)
     if not isinstance(checkpoint.get("channel_versions", {}), dict):
         raise f.fail("checkpoint.channel_versions should be an object")
+    values = f.get("values", dict)
+    appended = f.get("appended", dict, optional=True) or {}
+    if not all(isinstance(items, list) for items in appended.values()):
+        raise f.fail("field 'appended' should map channels to lists")
+    if appended.keys() & values.keys():
+        raise f.fail("a channel is both in 'values' and in 'appended'")
+    if appended and f.doc.get("parent") is None:
+        raise f.fail("field 'appended' needs a parent checkpoint to append to")
     return CheckpointLine(
         ns=ns,
         id=f.get("id", str),
@@ -168,7 +179,8 @@ def _read_checkpoint(f: _Fields, ns: str) -> CheckpointLine:
         metadata=metadata,
         checkpoint=checkpoint,
         extra=f.get("extra", dict, optional=True) or {},
-        values=f.get("values", dict),
+        values=values,
+        appended=appended,
     )
 
 

@@ -10,9 +10,10 @@ breaking `DeltaChannel` state.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from telar_checkpoint.errors import CorruptLineError
 from telar_checkpoint.format import (
     CheckpointLine,
     DroppedLine,
@@ -24,6 +25,7 @@ from telar_checkpoint.format import (
 )
 
 REPLACED_IDS_KEPT = 1000  # replaced ids remembered per thread, to say "replaced" not "absent"
+MAX_CHAIN = 64  # a list channel is written whole again after this many appended lines
 _FORKS = ("fork", "update")  # sources that start a branch
 _MOVES_ON = ("loop", "input")  # sources that move a branch on
 
@@ -32,12 +34,57 @@ Write = tuple[str, Any, str]  # (channel, encoded value, task_path)
 Key = tuple[str, str]  # (namespace, checkpoint id)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Entry:
-    """One stored checkpoint and its pending writes."""
+    """One stored checkpoint and its pending writes.
+
+    `base` is the parent entry whose lists the line's `appended` channels extend.
+    Entries are shared between a history and its clones: never change one, replace it.
+    """
 
     line: CheckpointLine
     writes: dict[WriteKey, Write] = field(default_factory=dict)
+    base: Entry | None = None
+    _full: dict[str, list[Any]] = field(default_factory=dict)
+
+    def has(self, channel: str) -> bool:
+        return channel in self.line.values or channel in self.line.appended
+
+    def value(self, channel: str) -> Any:
+        """The encoded value of `channel`, an appended list resolved against its bases."""
+        if channel in self.line.values:
+            return self.line.values[channel]
+        full = self._full.get(channel)
+        if full is None:
+            chain, entry = [], self
+            while channel not in entry.line.values:
+                chain.append(entry)
+                if entry.base is None:
+                    raise KeyError(channel)
+                entry = entry.base
+                if channel in entry._full:
+                    break
+            full = list(entry._full.get(channel) or entry.line.values[channel])
+            for link in reversed(chain):
+                full.extend(link.line.appended[channel])
+            self._full[channel] = full
+        return full
+
+    def depth(self, channel: str) -> int:
+        """How many appended lines stand between this entry and the whole value of `channel`."""
+        depth, entry = 0, self
+        while entry is not None and channel not in entry.line.values:
+            depth, entry = depth + 1, entry.base
+        return depth
+
+    def whole(self) -> Entry:
+        """This entry with every appended channel written whole (for when its base goes)."""
+        if not self.line.appended:
+            return self
+        values = {**self.line.values, **{ch: self.value(ch) for ch in self.line.appended}}
+        line = replace(self.line, values=values, appended={})
+        line.text = write_checkpoint(line)
+        return Entry(line, self.writes)
 
 
 def merge_writes(target: dict[WriteKey, Write], task_id: str, path: str, writes: Iterable[tuple[int, str, Any]]) -> list[tuple[int, str, Any]]:
@@ -102,7 +149,7 @@ class History:
         for number, raw in enumerate(lines, first_line + 1):
             line = read_line(raw, thread_id, number)
             if isinstance(line, CheckpointLine):
-                history._add_line(line)
+                history._add_line(line, number)
             elif isinstance(line, WritesLine):
                 key = (line.ns, line.checkpoint_id)
                 entry = history.entries.get(key)
@@ -133,10 +180,20 @@ class History:
 
     # --- lookups ---------------------------------------------------------------
 
-    def _add_line(self, line: CheckpointLine) -> None:
+    def _add_line(self, line: CheckpointLine, number: int | None = None) -> None:
         key = (line.ns, line.id)
         old = self.entries.get(key)
-        self.entries[key] = Entry(line, old.writes if old else self.orphans.pop(key, {}))
+        base = None
+        if line.appended:
+            base = self.entries.get((line.ns, line.parent)) if line.parent else None
+            if base is None:
+                raise CorruptLineError(
+                    f"appends to lists of checkpoint {line.parent}, which is not stored before it",
+                    thread_id=self.thread_id, line=number,
+                )
+        if old is not None:
+            self._make_whole(lambda e: (e.line.ns, e.base.line.id) == key)  # its children extended what it held
+        self.entries[key] = Entry(line, old.writes if old else self.orphans.pop(key, {}), base)
         latest = self._latest.get(line.ns)
         if latest is None or line.id > latest:
             self._latest[line.ns] = line.id
@@ -146,8 +203,14 @@ class History:
         entry = self.entries.get(key)
         if entry is None:
             return self.orphans.setdefault(key, {})
-        entry = self.entries[key] = Entry(entry.line, dict(entry.writes))
+        entry = self.entries[key] = Entry(entry.line, dict(entry.writes), entry.base, entry._full)
         return entry.writes
+
+    def _make_whole(self, extends_gone: Any) -> None:
+        """Write whole the appended channels of entries whose base is going away."""
+        for key, entry in list(self.entries.items()):
+            if entry.base is not None and extends_gone(entry):
+                self.entries[key] = entry.whole()
 
     def in_ns(self, ns: str) -> list[Entry]:
         return [e for (n, _), e in self.entries.items() if n == ns]
@@ -258,6 +321,7 @@ class History:
         frontier = set(keys)
         self._latest.clear()
         while frontier:
+            self._make_whole(lambda e: (e.line.ns, e.base.line.id) in frontier)
             for key in frontier:
                 del self.entries[key]
             gone = {cid for _, cid in frontier}
@@ -283,6 +347,7 @@ class History:
     def remove(self, keys: set[Key]) -> None:
         """Remove checkpoints and their writes, remembering nothing (an explicit deletion)."""
         self._latest.clear()
+        self._make_whole(lambda e: (e.line.ns, e.base.line.id) in keys)
         for key in keys:
             del self.entries[key]
         for key in [k for k in self.orphans if k in keys]:
@@ -338,12 +403,12 @@ class History:
     def _delta_ancestors(self, ns: str, entry: Entry) -> list[str]:
         """Ancestors back to the nearest stored value of each DeltaChannel `entry` rebuilds."""
         counters = entry.line.metadata.get("counters_since_delta_snapshot") or {}
-        needed = {ch for ch in counters if ch not in entry.line.values}
+        needed = {ch for ch in counters if not entry.has(ch)}
         chain = []
         cid = entry.line.parent
         while needed and cid is not None and (ns, cid) in self.entries:
             ancestor = self.entries[(ns, cid)].line
             chain.append(cid)
-            needed -= ancestor.values.keys()
+            needed -= ancestor.values.keys() | ancestor.appended.keys()
             cid = ancestor.parent
         return chain

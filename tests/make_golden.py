@@ -8,13 +8,19 @@ from pathlib import Path
 
 from telar_checkpoint import MemoryStore, TelarSaver
 from telar_checkpoint.history import History
-from tests.graphs import nested_subgraphs, with_interrupt
+from tests.graphs import multi_step, nested_subgraphs, with_interrupt
+
+
+def _twice() -> object:
+    """A graph whose log list grows over two runs: its lines hold "appended"."""
+    return multi_step()
 
 GOLDEN = Path(__file__).parent / "golden"
 
 
 def main() -> None:
-    for name, build in (("v1.jsonl", with_interrupt), ("v2.jsonl", lambda: nested_subgraphs(1))):
+    graphs = (("v1.jsonl", with_interrupt), ("v2.jsonl", lambda: nested_subgraphs(1)), ("v1-appended.jsonl", _twice))
+    for name, build in graphs:
         path = GOLDEN / name
         if path.exists():
             print(f"{path} exists; golden files are never regenerated", file=sys.stderr)
@@ -22,6 +28,8 @@ def main() -> None:
         store = MemoryStore()
         graph = build().compile(checkpointer=TelarSaver(store))
         graph.invoke({"request": "golden", "log": []}, {"configurable": {"thread_id": "g"}})
+        if build is _twice:
+            graph.invoke({"request": "again", "log": ["more"]}, {"configurable": {"thread_id": "g"}})
         path.write_text(History.parse("g", store.read("g")).render(), encoding="utf-8")
         print(f"wrote {path}")
 

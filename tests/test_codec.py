@@ -49,7 +49,7 @@ def ids(text: str, ns: str | None = "") -> list[str]:
 # --- golden files: the format cannot drift unnoticed ------------------------------------
 
 
-@pytest.mark.parametrize("name, versions", [("v1.jsonl", {1}), ("v2.jsonl", {1, 2})])
+@pytest.mark.parametrize("name, versions", [("v1.jsonl", {1}), ("v2.jsonl", {1, 2}), ("v1-appended.jsonl", {1})])
 def test_golden_decodes_and_reencodes_exactly(name, versions) -> None:
     golden = (GOLDEN / name).read_text(encoding="utf-8")
     assert {orjson.loads(line)["format"] for line in golden.splitlines()} == versions
@@ -68,6 +68,13 @@ def test_golden_v1_content_is_pinned() -> None:
     assert all(r.parent_id == p.id for r, p in zip(records[1:], records))
 
 
+def test_golden_appended_lines_rebuild_the_growing_list() -> None:
+    golden = (GOLDEN / "v1-appended.jsonl").read_text(encoding="utf-8")
+    assert sum('"appended"' in line for line in golden.splitlines()) >= 3
+    last = codec.decode("g", golden).checkpoint["channel_values"]["log"]
+    assert last == ["a", "b", "c", "more", "a", "b", "c"]
+
+
 def test_golden_v2_lines_carry_namespace_and_parents() -> None:
     golden = (GOLDEN / "v2.jsonl").read_text(encoding="utf-8")
     for line in map(orjson.loads, golden.splitlines()):
@@ -78,7 +85,7 @@ def test_golden_v2_lines_carry_namespace_and_parents() -> None:
     assert sub and all(r.metadata["parents"][""] for r in sub)
 
 
-@pytest.mark.parametrize("name", ["v1.jsonl", "v2.jsonl"])
+@pytest.mark.parametrize("name", ["v1.jsonl", "v2.jsonl", "v1-appended.jsonl"])
 def test_golden_truncated_anywhere_keeps_every_complete_line(name) -> None:
     golden = (GOLDEN / name).read_text(encoding="utf-8")
     for cut in range(0, len(golden), 97):
@@ -88,7 +95,7 @@ def test_golden_truncated_anywhere_keeps_every_complete_line(name) -> None:
         assert History.parse("g", truncated).torn == (truncated[len(complete):] or None)
 
 
-@pytest.mark.parametrize("name", ["v1.jsonl", "v2.jsonl"])
+@pytest.mark.parametrize("name", ["v1.jsonl", "v2.jsonl", "v1-appended.jsonl"])
 def test_golden_with_junk_appended(name) -> None:
     golden = (GOLDEN / name).read_text(encoding="utf-8")
     n = golden.count("\n")
@@ -337,3 +344,58 @@ def test_encode_is_one_line_and_a_history_can_be_copied_to_another_thread() -> N
     text = codec.encode(r)
     assert text.count("\n") == 2 and "thread" not in orjson.loads(text.splitlines()[0])
     assert codec.decode("other", text) == codec.decode("t", text) == r
+
+
+# --- lists that only grew are written as what was appended ---------------------------------
+
+
+def grow(n: int, parent: int | None, items: list) -> CheckpointRecord:
+    return record(n, parent, n, values={"msgs": items, "count": n})
+
+
+def test_a_list_that_only_grew_is_stored_as_its_new_items() -> None:
+    text = build(grow(1, None, ["a"]), grow(2, 1, ["a", "b"]), grow(3, 2, ["a", "b", "c", "d"]))
+    lines = [orjson.loads(line) for line in text.splitlines()]
+    assert "msgs" in lines[0]["values"] and "appended" not in lines[0]
+    assert lines[1]["appended"] == {"msgs": ["b"]} and lines[2]["appended"] == {"msgs": ["c", "d"]}
+    assert [r.checkpoint["channel_values"]["msgs"] for r in codec.decode_history("t", text)] == [
+        ["a"], ["a", "b"], ["a", "b", "c", "d"]
+    ]
+
+
+@pytest.mark.parametrize("changed", [["x", "b"], ["a"], [], [1.0, "b"], "a b"])
+def test_a_list_that_changed_otherwise_is_stored_whole(changed) -> None:
+    text = build(grow(1, None, [1, "b"] if isinstance(changed, list) and changed[:1] == [1.0] else ["a", "b"]), grow(2, 1, changed))
+    second = orjson.loads(text.splitlines()[1])
+    assert "appended" not in second and second["values"]["msgs"] == changed
+    assert codec.decode("t", text).checkpoint["channel_values"]["msgs"] == changed
+
+
+def test_trimming_and_replacement_write_a_kept_line_whole_when_its_base_goes() -> None:
+    records = [grow(i, i - 1 if i > 1 else None, [f"m{j}" for j in range(i)]) for i in range(1, 12)]
+    text = build(*records, max_history=3)
+    first = orjson.loads(text.splitlines()[1])  # after the dropped line
+    assert first["id"] == "00000009" and first["values"]["msgs"] == [f"m{j}" for j in range(9)]
+    assert "appended" in orjson.loads(text.splitlines()[2])
+    assert [len(r.checkpoint["channel_values"]["msgs"]) for r in codec.decode_history("t", text)] == [9, 10, 11]
+    # A fork from id 5 that moves on drops 6..11; nothing kept may point at them.
+    text = build(*records)
+    text = codec.append(text, record(20, 5, 5, "fork", values={"msgs": [f"m{j}" for j in range(5)], "count": 0}))
+    text = codec.append(text, grow(21, 20, [f"m{j}" for j in range(5)] + ["new"]))
+    assert codec.decode("t", text).checkpoint["channel_values"]["msgs"][-2:] == ["m4", "new"]
+
+
+def test_appended_lines_chain_at_most_max_chain_deep() -> None:
+    from telar_checkpoint.history import MAX_CHAIN
+
+    records = [grow(i, i - 1 if i > 1 else None, list(range(i))) for i in range(1, 2 * MAX_CHAIN + 4)]
+    text = build(*records)
+    whole = [i for i, line in enumerate(text.splitlines()) if "msgs" in orjson.loads(line)["values"]]
+    assert whole == [0, MAX_CHAIN + 1, 2 * MAX_CHAIN + 2]
+    assert codec.decode("t", text).checkpoint["channel_values"]["msgs"] == list(range(2 * MAX_CHAIN + 3))
+
+
+def test_an_appended_line_without_its_base_is_refused() -> None:
+    text = build(grow(1, None, ["a"]), grow(2, 1, ["a", "b"]))
+    with pytest.raises(CorruptLineError, match="line 1: appends to lists of checkpoint 00000001"):
+        codec.decode_history("t", text.split("\n", 1)[1])
