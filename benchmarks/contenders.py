@@ -25,7 +25,10 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
 
-POSTGRES_URL = os.environ.get("TELAR_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+# A database of its own: PostgresSaver.setup runs CREATE INDEX CONCURRENTLY, which waits for every
+# open transaction in its database, so a test session left idle in `test` would block it.
+POSTGRES_URL = os.environ.get("TELAR_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/telar_bench")
+POSTGRES_ADMIN_DB = "test"  # where to connect to create the benchmark database when it is missing
 REDIS_URL = os.environ.get("TELAR_BENCH_REDIS", "redis://127.0.0.1:6379/0")
 
 OFFICIAL = ["InMemorySaver", "SqliteSaver", "PostgresSaver", "PlainRedisSaver"]
@@ -93,10 +96,7 @@ def server_problems(names: list[str], lab: Lab) -> dict[str, str]:
     problems: dict[str, str] = {}
     if NEEDS_POSTGRES & set(names):
         try:
-            import psycopg
-
-            with psycopg.connect(lab.postgres_url, connect_timeout=3):
-                pass
+            _ensure_database(lab.postgres_url)
         except Exception as exc:
             problems.update({n: f"PostgreSQL: {exc}".strip() for n in NEEDS_POSTGRES})
     if NEEDS_REDIS & set(names):
@@ -117,6 +117,23 @@ def server_problems(names: list[str], lab: Lab) -> dict[str, str]:
     except ImportError:
         problems.setdefault("PostgresSaver", "pip install langgraph-checkpoint-postgres (or '.[bench]')")
     return {n: p for n, p in problems.items() if n in names}
+
+
+def _ensure_database(url: str) -> None:
+    """Connect to `url`, creating its database first (from `POSTGRES_ADMIN_DB`) when it does not exist."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        with psycopg.connect(url, connect_timeout=3):
+            return
+    except psycopg.OperationalError as exc:
+        if "does not exist" not in str(exc):
+            raise
+    name = conninfo_to_dict(url)["dbname"]
+    with psycopg.connect(make_conninfo(url, dbname=POSTGRES_ADMIN_DB), connect_timeout=3, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(name))))
 
 
 def open_contenders(names: list[str], lab: Lab) -> list[Contender]:

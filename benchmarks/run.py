@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -162,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in ALL]
     if unknown:
         parser.error(f"unknown contenders {unknown}; choose from {', '.join(ALL)}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` removes schemas and keys
     command = shlex.join(["python", "-m", "benchmarks.run", *(sys.argv[1:] if argv is None else argv)])
     results = run(settings, names, args.out, args.data_dir, command)
     print(report.markdown(results))
