@@ -1,0 +1,105 @@
+"""Writers killed with SIGKILL at random moments lose no acknowledged checkpoint (see tests/crash_harness.py).
+
+`TELAR_CRASH_KILLS` sets the kills per mode on each local store (file, sqlite; default 10),
+`TELAR_CRASH_SERVER_KILLS` on postgres and redis (default: a fifth of that, at least 2).
+`TELAR_CRASH_SEED` replays a run; `TELAR_RELIABILITY_LOG` names a file that gets one JSON
+line of figures per run (used for RELIABILITY.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from telar_checkpoint import CheckpointCodec, TelarSaver
+from telar_checkpoint.history import History
+from telar_checkpoint.stores import FileStore
+from tests.crash_harness import CrashRun, Zygote, counter_graph
+from tests.stores import describe, make_store
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the crash harness forks writers")
+
+KILLS = int(os.environ.get("TELAR_CRASH_KILLS", "10"))
+SERVER_KILLS = int(os.environ.get("TELAR_CRASH_SERVER_KILLS", str(max(2, KILLS // 5))))
+SEED = int(os.environ.get("TELAR_CRASH_SEED", str(random.randrange(1 << 30))))
+
+
+def log_figures(kind: str, mode: str, report: object) -> None:
+    path = os.environ.get("TELAR_RELIABILITY_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"test": "crash", "store": kind, "mode": mode, "seed": SEED, **vars(report)}) + "\n")
+
+
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    """One process that forks every writer of this module (an interpreter start is ~1 s)."""
+    process = Zygote()
+    yield process
+    process.close()
+
+
+@pytest.mark.parametrize("mode", ["graph", "raw"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres", "redis"])
+def test_killed_writers_lose_nothing(
+    kind: str, mode: str, zygote: Zygote, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store = make_store(kind, tmp_path, request)
+    kills = KILLS if kind in ("file", "sqlite") else SERVER_KILLS
+    report = CrashRun(describe(store), mode, seed=SEED).run(kills, zygote)
+    log_figures(kind, mode, report)
+    print(f"{kind}/{mode} seed={SEED}: {report}")
+    assert report.kills == kills
+    assert report.checkpoints > 0 or kills < 3
+
+
+# --- torn tails, made on purpose: every cut of the last line is detected and dropped ---
+
+
+def golden_history(tmp_path: Path) -> str:
+    store = FileStore(tmp_path / "golden", fsync=False)
+    graph = counter_graph().compile(checkpointer=TelarSaver(store))
+    graph.invoke({"marks": []}, {"configurable": {"thread_id": "t"}})
+    text = store.read("t")
+    assert text is not None and text.endswith("\n")
+    return text
+
+
+def test_every_cut_of_the_last_append_is_a_torn_tail_that_is_dropped(tmp_path: Path) -> None:
+    """A file cut anywhere inside its last line (as a crash mid-append leaves it) reads as the lines
+    before, reports the torn tail, and the next write drops it and keeps everything before."""
+    text = golden_history(tmp_path)
+    lines = text.splitlines(keepends=True)
+    before, last = "".join(lines[:-1]), lines[-1]
+    codec = CheckpointCodec()
+    expected = [r.id for r in codec.decode_history("t", before)]
+    store = FileStore(tmp_path / "cut", fsync=False)
+    saver = TelarSaver(store)
+    graph = counter_graph().compile(checkpointer=saver)
+    cuts = sorted({1, 2, len(last) // 2, len(last) - 2, len(last) - 1, *random.sample(range(1, len(last)), 10)})
+    for cut in cuts:
+        store.path("t").write_text(before + last[:cut], encoding="utf-8")
+        history = History.parse("t", store.read("t"))
+        assert history.torn == last[:cut]
+        assert [r.id for r in codec.decode_history("t", store.read("t"))] == expected
+        # the run resumes from the last whole checkpoint, and the torn tail is gone
+        config = {"configurable": {"thread_id": "t"}}
+        state = graph.get_state(config)
+        assert state.config["configurable"]["checkpoint_id"] == expected[-1]
+        graph.invoke(None if state.next else {"marks": []}, config)
+        after = store.read("t")
+        assert after is not None and after.endswith("\n")
+        kept = History.parse("t", after)
+        assert kept.torn is None
+        for key, entry in History.parse("t", before).entries.items():  # rewritten, and nothing lost
+            assert kept.entries[key].line.text == entry.line.text
+            assert kept.entries[key].writes.items() >= entry.writes.items()
+        ids = [r.id for r in codec.decode_history("t", after)]
+        assert ids[: len(expected)] == expected and len(ids) > len(expected)
+        values = graph.get_state(config).values
+        assert values["total"] == values["count"] * (values["count"] + 1) // 2
