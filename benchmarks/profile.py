@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+from typing import Any
 
 from benchmarks.agent import agent_builder, human
 from benchmarks.checkpoints import Chain, small_values, telar_lines, thread_config
@@ -28,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profiled", type=int, default=10, help="how many of the last turns (or calls) to profile")
     parser.add_argument("--scale", type=int, help="profile put/put_writes/get_tuple on a thread this long instead")
     parser.add_argument("--max-history", type=int, help="TelarSaver's max_history for --scale")
+    parser.add_argument("--workers", type=int, help="run the agent loop in this many threads at once (no pyinstrument)")
     parser.add_argument("--profiler", choices=["pyinstrument", "none"], default="pyinstrument",
                         help="none: just run (under py-spy, say)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -54,6 +57,15 @@ def main(argv: list[str] | None = None) -> int:
                     stored = chain.put(small_values(len(chain.ids)))
                     saver.put_writes(stored, [("step", r)], f"task-{r}")
                     saver.get_tuple(thread_config("profile"))
+        elif args.workers:
+            graph = agent_builder().compile(checkpointer=contender.saver)
+            threads = [
+                threading.Thread(target=_loop, args=(graph, f"profile-{w}", args.turns)) for w in range(args.workers)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         else:
             graph = agent_builder().compile(checkpointer=contender.saver)
             config = thread_config("profile")
@@ -68,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.profiler == "pyinstrument":
         print(profiler.output_text(unicode=True, color=False, show_all=False))
     return 0
+
+
+def _loop(graph: Any, thread_id: str, turns: int) -> None:
+    for turn in range(turns):
+        graph.invoke({"messages": [human(turn)]}, thread_config(thread_id), durability="sync")
 
 
 class _Nothing:

@@ -85,6 +85,25 @@ def _servers(names: list[str], lab: Lab) -> dict[str, str]:
     return found
 
 
+def _postgres_blockers(url: str) -> list[str]:
+    """A note when other sessions hold old snapshots, which keep VACUUM from reclaiming dead rows."""
+    import psycopg
+
+    query = (
+        "SELECT count(*), coalesce(max(extract(epoch FROM now() - xact_start)), 0) FROM pg_stat_activity "
+        "WHERE pid <> pg_backend_pid() AND backend_xmin IS NOT NULL AND now() - xact_start > interval '1 minute'"
+    )
+    with psycopg.connect(url) as conn:
+        count, oldest = conn.execute(query).fetchone()  # type: ignore[misc]
+    if not count:
+        return []
+    return [
+        f"PostgreSQL: {count} other session(s) held a transaction open (the oldest for {oldest / 60:.0f} min), "
+        "so neither autovacuum nor VACUUM FULL could reclaim dead row versions during this run: the Postgres "
+        "sizes include every superseded version of each row."
+    ]
+
+
 def run(settings: Settings, names: list[str], out_dir: Path | None = RESULTS, data_dir: str | None = None,
         command: str = "") -> dict[str, Any]:  # fmt: skip
     """Run every workload on the contenders `names`; write the results to `out_dir` (None: don't)."""
@@ -127,6 +146,8 @@ def run(settings: Settings, names: list[str], out_dir: Path | None = RESULTS, da
             f"{settings.turn_budget_s:.0f} s); their medians cover fewer, earlier (cheaper) turns, "
             "and targets compare only the turns both sides ran."
         )
+    if contenders_module.NEEDS_POSTGRES & set(names):
+        notes.extend(_postgres_blockers(lab.postgres_url))
     results["notes"] = notes
     results["seconds"] = time.time() - began
     results["targets"] = [t.as_dict() for t in report.targets(results)]

@@ -38,11 +38,11 @@ class Settings:
     durability: str = "sync"  # of every invoke: the checkpoint is written before invoke returns
     micro_rounds: int = 200  # workload 2
     scale_levels: tuple[int, ...] = (10, 100, 1000, 5000)  # workload 3
-    scale_repeats: int = 5
+    scale_repeats: int = 7
     max_history: int = 20
     workers: int = 8  # workload 5
     worker_turns: int = 20
-    concurrency_rounds: int = 2
+    concurrency_rounds: int = 3
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
