@@ -124,13 +124,13 @@ class CheckpointCodec:
         """The parsed history, values still encoded (cheap to query). Shared: do not change it."""
         return self.cache.parse(thread_id, data)
 
-    def _result(self, thread_id: str | None, history: History, text: str) -> str:
+    def _result(self, thread_id: str | None, history: History, stored: str | None, lines: list[str] | None) -> str:
+        """The string after a change: `stored` and the appended lines, or the history rewritten."""
+        if lines == [] and stored is not None:
+            return stored
+        text = history.render() if lines is None else (stored or "") + "".join(line + "\n" for line in lines)
         self.cache.keep(thread_id, text, history)
         return text
-
-    def _appended(self, thread_id: str | None, history: History, stored: str | None, lines: list[str]) -> str:
-        history.line_count += len(lines)
-        return self._result(thread_id, history, (stored or "") + "".join(line + "\n" for line in lines))
 
     def decode(self, thread_id: str | None, data: str | None) -> CheckpointRecord | None:
         """The latest checkpoint of the root namespace (or of the only one), or None."""
@@ -142,6 +142,39 @@ class CheckpointCodec:
         """Every checkpoint, oldest first, with its pending writes folded in."""
         return [self.record(e) for e in History.parse(thread_id, data).entries.values()]
 
+    def put_lines(self, history: History, record: CheckpointRecord, max_history: int | None = None) -> list[str] | None:
+        """Put `record` into `history` (an editable clone); the lines to append to its string,
+        or None when the string must be rewritten whole (`history.render()`)."""
+        _check_max_history(max_history)
+        line = self._line(record, history)
+        rewrite = history.put(line, self._writes_of(record))
+        if max_history is not None:
+            rewrite = history.trim(max_history) or rewrite
+        if rewrite or history.torn is not None:
+            return None
+        added = [line.text]
+        entry = history.get(line.ns, line.id)
+        if record.writes and entry is not None:
+            tasks = {w.task_id for w in record.writes}
+            added.extend(History._writes_lines(line.ns, line.id, {k: v for k, v in entry.writes.items() if k[0] in tasks}))
+        history.line_count += len(added)
+        return added
+
+    def writes_lines(
+        self, history: History, checkpoint_ns: str, checkpoint_id: str, task_id: str,
+        writes: Sequence[tuple[int, str, Any]], task_path: str = "",
+    ) -> list[str] | None:
+        """Add pending writes `(idx, channel, value)` of one task to `history` (an editable clone);
+        the lines to append ([] when nothing changed), or None when it must be rewritten whole."""
+        encoded = [(idx, ch, self.values.encode(v)) for idx, ch, v in writes]
+        line = history.add_writes(checkpoint_ns, checkpoint_id, task_id, task_path, encoded)
+        if history.torn is not None:
+            return None
+        if line is None:
+            return []
+        history.line_count += 1
+        return [write_writes(line)]
+
     def append(
         self, stored: str | None, record: CheckpointRecord, max_history: int | None = None, *, thread_id: str | None = None
     ) -> str:
@@ -149,21 +182,8 @@ class CheckpointCodec:
 
         `thread_id` only names the thread in errors and keys the parse memo.
         """
-        _check_max_history(max_history)
         history = self.cache.editable(thread_id, stored)
-        line = self._line(record, history)
-        rewrite = history.put(line, self._writes_of(record))
-        if max_history is not None:
-            rewrite = history.trim(max_history) or rewrite
-        if rewrite or history.torn is not None:
-            return self._result(thread_id, history, history.render())
-        added = [line.text]
-        entry = history.get(line.ns, line.id)
-        if record.writes and entry is not None:
-            added.extend(History._writes_lines(line.ns, line.id, {
-                k: v for k, v in entry.writes.items() if k[0] in {w.task_id for w in record.writes}
-            }))
-        return self._appended(thread_id, history, stored, added)
+        return self._result(thread_id, history, stored, self.put_lines(history, record, max_history))
 
     def add_writes(
         self,
@@ -181,14 +201,9 @@ class CheckpointCodec:
         Regular writes (idx >= 0) already stored are kept as they are; special ones
         (negative idx: errors, interrupts, resumes) overwrite. Appends one line.
         """
-        encoded = [(idx, ch, self.values.encode(v)) for idx, ch, v in writes]
         history = self.cache.editable(thread_id, stored)
-        line = history.add_writes(checkpoint_ns, checkpoint_id, task_id, task_path, encoded)
-        if history.torn is not None:
-            return self._result(thread_id, history, history.render())
-        if line is None:
-            return stored or ""
-        return self._appended(thread_id, history, stored, [write_writes(line)])
+        lines = self.writes_lines(history, checkpoint_ns, checkpoint_id, task_id, writes, task_path)
+        return self._result(thread_id, history, stored, lines)
 
     def trim(self, stored: str | None, max_history: int) -> str:
         """`stored` cut to its last `max_history` checkpoints (see `append`)."""

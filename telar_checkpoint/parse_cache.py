@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Hashable
 
 from telar_checkpoint.history import History
 
@@ -65,3 +66,35 @@ class ParseCache:
     def forget(self, thread_id: str) -> None:
         with self._lock:
             self._items.pop(thread_id, None)
+
+
+class VersionedHistories:
+    """Parsed histories keyed by the store's version of each thread (see `Store.version`).
+
+    A hit needs no read at all: the store vouches, by the version, that the value
+    did not change since it was parsed or written by this process.
+    """
+
+    def __init__(self, size: int = CACHED_THREADS) -> None:
+        self.size = size
+        self._items: OrderedDict[str, tuple[Hashable, History]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, thread_id: str, version: Hashable | None) -> History | None:
+        if version is None:
+            return None
+        with self._lock:
+            cached = self._items.get(thread_id)
+            if cached is None or cached[0] != version:
+                return None
+            self._items.move_to_end(thread_id)
+            return cached[1]
+
+    def keep(self, thread_id: str, version: Hashable | None, history: History) -> None:
+        if version is None or self.size <= 0:
+            return
+        with self._lock:
+            self._items[thread_id] = (version, history)
+            self._items.move_to_end(thread_id)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)

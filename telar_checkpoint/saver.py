@@ -8,7 +8,7 @@ the pure codec, so the sync and async twins share all their logic.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -28,7 +28,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord
 from telar_checkpoint.errors import UsageError
-from telar_checkpoint.history import Entry
+from telar_checkpoint.history import Entry, History
+from telar_checkpoint.parse_cache import VersionedHistories
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.file import FileStore
@@ -71,6 +72,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
             raise UsageError(f"max_history must be a positive integer or None, not {max_history!r}")
         self.max_history = max_history
         self.codec = CheckpointCodec(serde)
+        self._histories = VersionedHistories()
 
     @classmethod
     def from_conn_string(cls, url: str, **options: Any) -> _SaverContext:
@@ -118,9 +120,85 @@ class TelarSaver(BaseCheckpointSaver[Version]):
             pending_writes=[(w.task_id, w.channel, w.value) for w in record.writes],
         )
 
-    def _get(self, config: RunnableConfig, text: str | None) -> CheckpointTuple | None:
-        thread_id, ns = _thread_and_ns(config)
+    # --- reading and writing a thread: the same steps, sync and async ---------------
+
+    def _parsed(self, thread_id: str, version: Hashable | None, text: str | None, version_after: Hashable | None) -> History:
         history = self.codec.parse(thread_id, text)
+        if version is not None and version_after == version:
+            self._histories.keep(thread_id, version, history)
+        return history
+
+    def _history(self, thread_id: str) -> History:
+        """The thread's parsed history, read only when the store's version says it changed."""
+        version = self.store.version(thread_id)
+        cached = self._histories.get(thread_id, version)
+        if cached is not None:
+            return cached
+        text = self.store.read(thread_id)
+        return self._parsed(thread_id, version, text, self.store.version(thread_id) if version is not None else None)
+
+    async def _ahistory(self, thread_id: str) -> History:
+        version = await self.store.aversion(thread_id)
+        cached = self._histories.get(thread_id, version)
+        if cached is not None:
+            return cached
+        text = await self.store.aread(thread_id)
+        return self._parsed(thread_id, version, text, await self.store.aversion(thread_id) if version is not None else None)
+
+    def _fast_lines(self, thread_id: str, version: Hashable | None, make_lines: Any) -> tuple[History, str] | None:
+        """The change as lines to append to the cached history, or None to take the slow path."""
+        cached = self._histories.get(thread_id, version)
+        if cached is None:
+            return None
+        history = cached.clone()
+        lines = make_lines(history)
+        return None if lines is None else (history, "".join(line + "\n" for line in lines))
+
+    def _after_update(self, thread_id: str, new: str | None, version: Hashable | None) -> None:
+        if new is not None and version is not None:
+            self._histories.keep(thread_id, version, self.codec.parse(thread_id, new))
+
+    def _write(self, thread_id: str, make_lines: Any, change: Any) -> None:
+        """Append the change's lines when the cached history is current, else update whole."""
+        version = self.store.version(thread_id)
+        fast = self._fast_lines(thread_id, version, make_lines)
+        if fast is not None:
+            history, suffix = fast
+            if not suffix:
+                return
+            new_version = self.store.append_if(thread_id, suffix, version)
+            if new_version is not None:
+                self._histories.keep(thread_id, new_version, history)
+                return
+        self._after_update(thread_id, *self.store.update_versioned(thread_id, change))
+
+    async def _awrite(self, thread_id: str, make_lines: Any, change: Any) -> None:
+        version = await self.store.aversion(thread_id)
+        fast = self._fast_lines(thread_id, version, make_lines)
+        if fast is not None:
+            history, suffix = fast
+            if not suffix:
+                return
+            new_version = await self.store.aappend_if(thread_id, suffix, version)
+            if new_version is not None:
+                self._histories.keep(thread_id, new_version, history)
+                return
+        self._after_update(thread_id, *(await self.store.aupdate_versioned(thread_id, change)))
+
+    def _put_change(self, thread_id: str, record: CheckpointRecord) -> tuple[Any, Any]:
+        return (
+            lambda history: self.codec.put_lines(history, record, self.max_history),
+            lambda old: self.codec.append(old, record, self.max_history, thread_id=thread_id),
+        )
+
+    def _writes_change(self, thread_id: str, ns: str, cid: str, task_id: str, items: list, task_path: str) -> tuple[Any, Any]:
+        return (
+            lambda history: self.codec.writes_lines(history, ns, cid, task_id, items, task_path),
+            lambda old: self.codec.add_writes(old, ns, cid, task_id, items, task_path, thread_id=thread_id),
+        )
+
+    def _get(self, config: RunnableConfig, history: History) -> CheckpointTuple | None:
+        thread_id, ns = _thread_and_ns(config)
         entry = self.codec.find(thread_id, history, ns, get_checkpoint_id(config))
         return self._tuple(thread_id, entry) if entry else None
 
@@ -143,8 +221,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
 
         return matches
 
-    def _listed(self, thread_id: str, text: str | None, matches: Any) -> list[Entry]:
-        history = self.codec.parse(thread_id, text)
+    def _listed(self, history: History, matches: Any) -> list[Entry]:
         return sorted((e for e in history.entries.values() if matches(e)), key=lambda e: e.line.id, reverse=True)
 
     def _record(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata) -> tuple[str, CheckpointRecord]:
@@ -161,10 +238,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         items = [(WRITES_IDX_MAP.get(channel, i), channel, value) for i, (channel, value) in enumerate(writes)]
         return thread_id, ns, checkpoint_id, items
 
-    def _delta(self, config: RunnableConfig, text: str | None, channels: Sequence[str]) -> dict[str, DeltaChannelHistory]:
+    def _delta(self, config: RunnableConfig, history: History, channels: Sequence[str]) -> dict[str, DeltaChannelHistory]:
         """Per channel: the writes on the path to the target and the nearest stored value (the seed)."""
         thread_id, ns = _thread_and_ns(config)
-        history = self.codec.parse(thread_id, text)
         target = self.codec.find(thread_id, history, ns, get_checkpoint_id(config))
         collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
         seeds: dict[str, Any] = {}
@@ -191,8 +267,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
     # --- sync API -------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        thread_id, _ = _thread_and_ns(config)
-        return self._get(config, self.store.read(thread_id))
+        return self._get(config, self._history(_thread_and_ns(config)[0]))
 
     def list(
         self,
@@ -205,7 +280,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         matches = self._matches(config, filter, before)
         threads = [_thread_and_ns(config)[0]] if config else sorted(self.store.keys())
         for thread_id in threads:
-            for entry in self._listed(thread_id, self.store.read(thread_id), matches):
+            for entry in self._listed(self._history(thread_id), matches):
                 if limit is not None and limit <= 0:
                     return
                 yield self._tuple(thread_id, entry)
@@ -216,12 +291,12 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
-        self.store.update(thread_id, lambda old: self.codec.append(old, record, self.max_history, thread_id=thread_id))
+        self._write(thread_id, *self._put_change(thread_id, record))
         return _config(thread_id, record.checkpoint_ns, record.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, ns, cid, items = self._writes(config, writes)
-        self.store.update(thread_id, lambda old: self.codec.add_writes(old, ns, cid, task_id, items, task_path, thread_id=thread_id))
+        self._write(thread_id, *self._writes_change(thread_id, ns, cid, task_id, items, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
         self.store.delete(str(thread_id))
@@ -248,13 +323,12 @@ class TelarSaver(BaseCheckpointSaver[Version]):
     def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
         if not channels:
             return {}
-        return self._delta(config, self.store.read(_thread_and_ns(config)[0]), channels)
+        return self._delta(config, self._history(_thread_and_ns(config)[0]), channels)
 
     # --- async API: the same logic on the store's async methods ---------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        thread_id, _ = _thread_and_ns(config)
-        return self._get(config, await self.store.aread(thread_id))
+        return self._get(config, await self._ahistory(_thread_and_ns(config)[0]))
 
     async def alist(
         self,
@@ -267,7 +341,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         matches = self._matches(config, filter, before)
         threads = [_thread_and_ns(config)[0]] if config else sorted(await self.store.akeys())
         for thread_id in threads:
-            for entry in self._listed(thread_id, await self.store.aread(thread_id), matches):
+            for entry in self._listed(await self._ahistory(thread_id), matches):
                 if limit is not None and limit <= 0:
                     return
                 yield self._tuple(thread_id, entry)
@@ -278,12 +352,12 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
-        await self.store.aupdate(thread_id, lambda old: self.codec.append(old, record, self.max_history, thread_id=thread_id))
+        await self._awrite(thread_id, *self._put_change(thread_id, record))
         return _config(thread_id, record.checkpoint_ns, record.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, ns, cid, items = self._writes(config, writes)
-        await self.store.aupdate(thread_id, lambda old: self.codec.add_writes(old, ns, cid, task_id, items, task_path, thread_id=thread_id))
+        await self._awrite(thread_id, *self._writes_change(thread_id, ns, cid, task_id, items, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self.store.adelete(str(thread_id))
@@ -312,7 +386,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
     ) -> Mapping[str, DeltaChannelHistory]:
         if not channels:
             return {}
-        return self._delta(config, await self.store.aread(_thread_and_ns(config)[0]), channels)
+        return self._delta(config, await self._ahistory(_thread_and_ns(config)[0]), channels)
 
     def get_next_version(self, current: Version | None, channel: None = None) -> Version:
         """The next channel version, of the same JSON type as `current`.

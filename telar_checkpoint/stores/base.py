@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 Change = Callable[[str | None], str | None]
 """A pure function from the stored value (None: absent) to the new one (None: delete)."""
@@ -46,6 +46,23 @@ class Store(ABC):
     def keys(self) -> Iterator[str]:
         """Every key that holds a value, in no particular order."""
 
+    # Optional: versions, for stores that can tell cheaply whether a value changed.
+    # A version is a token that changes with every write of the key. The saver keeps
+    # what it parsed with the version it came from, and appends without reading the
+    # whole value again. Stores that return None here are always read whole.
+
+    def version(self, key: str) -> Hashable | None:
+        """A token for the current value of `key` (None: this store has no versions)."""
+        return None
+
+    def update_versioned(self, key: str, change: Change) -> tuple[str | None, Hashable | None]:
+        """`update`, returning the new value and its version (None when not known exactly)."""
+        return self.update(key, change), None
+
+    def append_if(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+        """Append `suffix` if `key` is still at `version`; the new version, or None if it moved."""
+        return None
+
     def foreign(self) -> list[str]:
         """Entries in the store's space that are not values of this store (listed apart)."""
         return []
@@ -72,6 +89,19 @@ class Store(ABC):
 
     async def awrite(self, key: str, value: str) -> None:
         await self.aupdate(key, lambda _old: value)
+
+    async def aversion(self, key: str) -> Hashable | None:
+        return await asyncio.to_thread(self.version, key) if type(self).version is not Store.version else None
+
+    async def aupdate_versioned(self, key: str, change: Change) -> tuple[str | None, Hashable | None]:
+        if type(self).update_versioned is Store.update_versioned:
+            return await self.aupdate(key, change), None
+        return await asyncio.to_thread(self.update_versioned, key, change)
+
+    async def aappend_if(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+        if type(self).append_if is Store.append_if:
+            return None
+        return await asyncio.to_thread(self.append_if, key, suffix, version)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote_to_bytes
@@ -131,6 +131,9 @@ class FileStore(Store):
         return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def update(self, key: str, change: Change) -> str | None:
+        return self.update_versioned(key, change)[0]
+
+    def update_versioned(self, key: str, change: Change) -> tuple[str | None, _Signature | None]:
         with self._lock(key):
             old = self.read(key)
             self._texts.pop(key, None)  # re-read after a failed write
@@ -138,7 +141,7 @@ class FileStore(Store):
             if new is None:
                 if old is not None:
                     self._remove(key)
-                return None
+                return None, None
             if old is not None and new.startswith(old):
                 if len(new) > len(old):
                     self._append(key, new[len(old) :])
@@ -147,7 +150,18 @@ class FileStore(Store):
             signature = self._signature(self.path(key))
             if signature is not None:
                 self._texts[key] = (signature, new)
-            return new
+            return new, signature
+
+    def version(self, key: str) -> _Signature | None:
+        return self._signature(self.path(key))
+
+    def append_if(self, key: str, suffix: str, version: Hashable) -> _Signature | None:
+        with self._lock(key):
+            if version is None or self._signature(self.path(key)) != version:
+                return None
+            self._texts.pop(key, None)
+            self._append(key, suffix)
+            return self._signature(self.path(key))
 
     def delete(self, key: str) -> None:
         with self._lock(key):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 
 from telar_checkpoint.stores.base import Change, Store
 
@@ -15,23 +15,44 @@ class MemoryStore(Store):
 
     def __init__(self) -> None:
         self._data: dict[str, str] = {}
+        self._versions: dict[str, int] = {}
+        self._clock = 0
         self._lock = threading.Lock()
 
     def read(self, key: str) -> str | None:
         return self._data.get(key)
 
+    def _set(self, key: str, value: str | None) -> int:
+        self._clock += 1
+        if value is None:
+            self._data.pop(key, None)
+            self._versions.pop(key, None)
+        else:
+            self._data[key] = value
+            self._versions[key] = self._clock
+        return self._clock
+
     def update(self, key: str, change: Change) -> str | None:
+        return self.update_versioned(key, change)[0]
+
+    def update_versioned(self, key: str, change: Change) -> tuple[str | None, int | None]:
         with self._lock:
             new = change(self._data.get(key))
-            if new is None:
-                self._data.pop(key, None)
-            else:
-                self._data[key] = new
-            return new
+            version = self._set(key, new)
+            return new, version if new is not None else None
+
+    def version(self, key: str) -> int | None:
+        return self._versions.get(key)
+
+    def append_if(self, key: str, suffix: str, version: Hashable) -> int | None:
+        with self._lock:
+            if key not in self._data or self._versions.get(key) != version:
+                return None
+            return self._set(key, self._data[key] + suffix)
 
     def delete(self, key: str) -> None:
         with self._lock:
-            self._data.pop(key, None)
+            self._set(key, None)
 
     def keys(self) -> Iterator[str]:
         return iter(list(self._data))
@@ -47,3 +68,12 @@ class MemoryStore(Store):
 
     async def akeys(self) -> list[str]:
         return list(self.keys())
+
+    async def aversion(self, key: str) -> int | None:
+        return self.version(key)
+
+    async def aupdate_versioned(self, key: str, change: Change) -> tuple[str | None, int | None]:
+        return self.update_versioned(key, change)
+
+    async def aappend_if(self, key: str, suffix: str, version: Hashable) -> int | None:
+        return self.append_if(key, suffix, version)
