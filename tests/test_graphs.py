@@ -182,3 +182,47 @@ def _path_to_head(history: list) -> list:
         parent = cursor.parent_config
         cursor = by_id.get(parent["configurable"]["checkpoint_id"]) if parent else None
     return path
+
+
+class Boom(Exception):
+    """A user's own exception class, on no allowlist."""
+
+
+async def test_a_failure_that_cancels_its_siblings_resumes(savers, api) -> None:
+    """LangGraph stores the failed task's exception (and CancelledError for siblings it
+    cancelled); exceptions of unknown classes must not stop the resume."""
+    from langgraph.graph import END, START, StateGraph
+
+    from tests.graphs import FanOut
+
+    def build(marker: dict) -> StateGraph:
+        def plan(s):
+            from langgraph.types import Send
+
+            return [Send("work", {"items": [i], "results": []}) for i in s["items"]]
+
+        async def work(s):
+            import asyncio
+
+            item = s["items"][0]
+            if item == 3 and marker["fail"]:
+                raise Boom("task 3")
+            await asyncio.sleep(0.05)
+            return {"results": [item]}
+
+        builder = StateGraph(FanOut)
+        builder.add_node("work", work)
+        builder.add_conditional_edges(START, plan, ["work"])
+        builder.add_edge("work", END)
+        return builder
+
+    results = []
+    for saver in savers:
+        marker = {"fail": True}
+        graph = build(marker).compile(checkpointer=saver)
+        with pytest.raises(Boom):
+            await graph.ainvoke({"items": [1, 2, 3, 4], "results": []}, config())
+        marker["fail"] = False
+        done = await graph.ainvoke(None, config())
+        results.append(sorted(done["results"]))
+    assert results[1] == results[0] == [1, 2, 3, 4]

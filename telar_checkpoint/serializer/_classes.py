@@ -182,11 +182,22 @@ def _enum(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
 
 
 def _error(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
+    """An exception; one of a class we do not load comes back as its repr text.
+
+    LangGraph stores the error of every failed task (a user's own exception, a
+    `CancelledError`) and only needs to know that it failed; its own serializer
+    keeps every exception as `repr(exc)`. So an unknown class is never loaded,
+    and never stops a resume either.
+    """
     record = expect_keys(payload, "$error", ("class", "args"))
-    cls = allowlist.lookup(record["class"], "$error")
+    args = dec(want(record["args"], list, "$error"))
+    try:
+        cls = allowlist.lookup(record["class"], "$error")
+    except SerializationError:
+        name = str(record["class"]).rpartition(":")[2].rpartition(".")[2]
+        return f"{name}({', '.join(map(repr, args))})"
     if not issubclass(cls, BaseException):
         raise bad("$error", f"{record['class']!r} is not an exception")
-    args = dec(want(record["args"], list, "$error"))
     return _build(cls, lambda: cls(*args), "$error")
 
 

@@ -38,6 +38,14 @@ def _register_builtins() -> None:
     for name, obj in vars(builtins).items():
         if isinstance(obj, type) and issubclass(obj, BaseException):
             _add_builtin(name, obj)
+    import asyncio
+    import concurrent.futures
+
+    # What LangGraph stores for a task cancelled when a sibling failed.
+    _add_builtin("asyncio.CancelledError", asyncio.CancelledError)
+    _add_builtin("asyncio.InvalidStateError", asyncio.InvalidStateError)
+    _add_builtin("concurrent.futures.CancelledError", concurrent.futures.CancelledError)
+    _add_builtin("concurrent.futures.InvalidStateError", concurrent.futures.InvalidStateError)
 
     from langchain_core import messages
 
