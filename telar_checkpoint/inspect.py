@@ -164,7 +164,7 @@ def next_nodes(entry: Entry) -> list[str]:
     versions = line.checkpoint.get("channel_versions") or {}
     seen = line.checkpoint.get("versions_seen") or {}
     nodes = []
-    sends = line.values.get(_SENDS)
+    sends = entry.value(_SENDS) if entry.has(_SENDS) else None
     if isinstance(sends, list):
         for send in sends:
             payload = send.get("$send") if isinstance(send, dict) else None
@@ -178,7 +178,7 @@ def next_nodes(entry: Entry) -> list[str]:
         else:
             continue
         node_seen = seen.get(node) if isinstance(seen.get(node), dict) else {}
-        if channel in line.values and _newer(version, node_seen.get(channel)):
+        if entry.has(channel) and _newer(version, node_seen.get(channel)):
             nodes.append(node)
     return nodes
 
@@ -243,6 +243,12 @@ class CheckpointView:
     writes: list[dict[str, Any]]  # {"task", "path", "channel", "value"}
 
 
+def state_values(codec: CheckpointCodec, entry: Entry) -> dict[str, Any]:
+    """The channel values of a checkpoint, readable (lists stored as appended items resolved whole)."""
+    channels = [*entry.line.values, *entry.line.appended]
+    return {channel: readable(codec, entry.value(channel)) for channel in channels}
+
+
 def find_entry(thread_id: str, history: History, checkpoint_id: str | None, ns: str | None = None) -> Entry:
     """The checkpoint asked for: by id (in `ns`, or in any namespace), else the latest of `ns` (root by default).
 
@@ -282,7 +288,7 @@ def show_checkpoint(
     ]
     return CheckpointView(
         info=checkpoint_info(codec, entry),
-        values={k: readable(codec, v) for k, v in entry.line.values.items()},
+        values=state_values(codec, entry),
         metadata=dict(entry.line.metadata),
         writes=writes,
     )
@@ -328,6 +334,6 @@ def diff_checkpoints(
     history = History.parse(thread_id, text)
     first, second = (find_entry(thread_id, history, cid, ns) for cid in (a, b))
     return diff_states(
-        {k: readable(codec, v) for k, v in first.line.values.items()},
-        {k: readable(codec, v) for k, v in second.line.values.items()},
+        state_values(codec, first),
+        state_values(codec, second),
     )

@@ -108,23 +108,23 @@ class _Checker:
         self.problems.append(Problem(self.thread_id, line, code, message))
 
     def read(self, text: str) -> History:
-        """Every line read on its own; the history built from the good ones."""
+        """Every line read on its own, then added to the history built from the good ones."""
         raw_lines = text.split("\n")  # "\n" only, as History.parse
         tail = raw_lines.pop()
-        good = []
+        history = History(self.thread_id)
         for number, raw in enumerate(raw_lines, 1):
             try:
                 line = read_line(raw, self.thread_id, number)
+                history.extend(raw + "\n")  # a line may be sound alone and not in its place
             except StoredDataError as exc:
                 code = "unknown-format" if isinstance(exc, UnknownFormatError) else "corrupt-line"
                 self.add(number, code, _message(exc))
                 continue
-            good.append(raw)
             self.note(number, line)
         if tail:
             self.add(len(raw_lines) + 1, "torn", f"unterminated last line ({len(tail)} characters) is dropped on read; "
                      "the next write to the thread removes it")
-        return History.parse(self.thread_id, "".join(g + "\n" for g in good))
+        return history
 
     def note(self, number: int, line: CheckpointLine | WritesLine | DroppedLine) -> None:
         if isinstance(line, CheckpointLine):
@@ -134,6 +134,7 @@ class _Checker:
                          f"{self.checkpoint_lines[key]}; the later line wins")
             self.checkpoint_lines[key] = number
             self.check_values(number, line.values.items())
+            self.check_values(number, ((ch, item) for ch, items in line.appended.items() for item in items))
         elif isinstance(line, WritesLine):
             self.writes_lines.setdefault((line.ns, line.checkpoint_id), number)
             self.check_values(number, ((channel, value) for _idx, channel, value in line.writes))

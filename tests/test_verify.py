@@ -82,11 +82,16 @@ def test_finished_resumed_trimmed_and_forked_threads_are_sound() -> None:
 def test_corrupt_lines_are_each_reported_and_the_rest_still_checked(texts) -> None:
     lines = lines_of(texts["steps"])
     i, j = first_index(lines, kind="checkpoint", step=0), first_index(lines, kind="checkpoint", step=2)
+    step3, lost = first_index(lines, kind="checkpoint", step=3), orjson.loads(lines[j])["id"]
     lines[i] = '{"format": 1, "kind": "checkpoint", "id": '
     lines[j] = '["a list"]'
     found = verify_thread("steps", joined(lines))
-    assert [(i + 1, "corrupt-line"), (j + 1, "corrupt-line")] == [c for c in codes(found) if c[1] == "corrupt-line"]
     corrupt = [p for p in found if p.code == "corrupt-line"]
+    assert [p.line for p in corrupt[:2]] == [i + 1, j + 1]
+    # a line that appends to a list of the lost checkpoint cannot be read either, and says why
+    assert [(p.line, p.message) for p in corrupt[2:]] == [
+        (step3 + 1, f"appends to lists of checkpoint {lost}, which is not stored before it")
+    ]
     assert corrupt[0].message.startswith("not valid JSON")
     assert str(corrupt[0]).startswith(f"error: line {i + 1}: not valid JSON")
     assert corrupt[1].message == "not a JSON object"
