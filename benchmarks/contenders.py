@@ -182,7 +182,13 @@ def _postgres_storage(url: str, schema: str) -> Storage:
         for (table,) in tables:
             conn.execute(psycopg.sql.SQL("VACUUM FULL {}").format(psycopg.sql.Identifier(schema, table)))
         compacted = conn.execute(size, (schema,)).fetchone()[0]  # type: ignore[index]
-    return Storage(int(raw), int(compacted), "pg_total_relation_size of the tables; other: after VACUUM FULL")
+        holders = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()"
+        ).fetchone()[0]  # type: ignore[index]
+    how = "pg_total_relation_size of the tables; other: after VACUUM FULL"
+    if holders:
+        how += f" ({holders} other session(s) held snapshots, which keep VACUUM from removing dead rows)"
+    return Storage(int(raw), int(compacted), how)
 
 
 def _redis_storage(url: str, prefix: str) -> Storage:
