@@ -1,0 +1,113 @@
+"""Every fast path gives exactly the string the codec's `append` gives for the same operations.
+
+Hypothesis drives random sequences of puts (forks, updates, subgraph namespaces, growing
+and changing lists) and writes through TelarSaver, whose versioned fast path appends to a
+cached history, and through the pure codec on plain strings; the stored strings must match.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from telar_checkpoint import CheckpointCodec, CheckpointRecord, FileStore, MemoryStore, TelarSaver
+
+SOURCES = ["input", "loop", "loop", "loop", "fork", "update"]
+
+put_op = st.tuples(
+    st.just("put"),
+    st.sampled_from(["latest", "older", "none", "same"]),
+    st.sampled_from(SOURCES),
+    st.sampled_from(["", "", "child:a", "child:b"]),
+    st.sampled_from(["grow", "grow", "change", "keep"]),
+)
+writes_op = st.tuples(
+    st.just("writes"),
+    st.sampled_from(["latest", "older"]),
+    st.integers(0, 3),  # task
+    st.sampled_from(["ch", "__error__", "__interrupt__"]),
+    st.integers(0, 9),
+)
+operations = st.lists(st.one_of(put_op, put_op, writes_op), min_size=1, max_size=40)
+
+
+class Model:
+    """Plays operations on a saver and on the codec alone, keeping them in step."""
+
+    def __init__(self, saver: TelarSaver) -> None:
+        self.saver, self.codec, self.text = saver, CheckpointCodec(), None
+        self.n, self.ids, self.msgs = 0, {"": [], "child:a": [], "child:b": []}, []
+
+    def put(self, parent_choice: str, source: str, ns: str, change: str) -> None:
+        ids = self.ids[ns]
+        if parent_choice == "same" and ids:
+            cid = ids[-1]
+            parent = None
+        else:
+            self.n += 1
+            cid = f"{self.n:08d}"
+            parent = {"latest": ids[-1:], "older": ids[:1]}.get(parent_choice, [])
+            parent = parent[0] if parent else None
+        if change == "grow":
+            self.msgs = self.msgs + [f"m{self.n}"]
+        elif change == "change":
+            self.msgs = [f"x{self.n}"] + self.msgs[1:]
+        step = len(ids) - 1
+        metadata = {"source": source, "step": step, "parents": {"": self.ids[""][-1]} if ns and self.ids[""] else {}}
+        checkpoint = {"v": 4, "id": cid, "ts": "2026-01-01T00:00:00+00:00", "channel_values": {"msgs": list(self.msgs)},
+                      "channel_versions": {"msgs": self.n}, "versions_seen": {}, "updated_channels": None}  # fmt: skip
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+        if parent:
+            config["configurable"]["checkpoint_id"] = parent
+        self.saver.put(config, checkpoint, metadata, {})
+        record = CheckpointRecord(checkpoint, metadata, ns, parent)
+        self.text = self.codec.append(self.text, record, self.saver.max_history)
+        if cid not in ids:
+            ids.append(cid)
+
+    def writes(self, target: str, task: int, channel: str, value: int) -> None:
+        ids = self.ids[""]
+        if not ids:
+            return
+        cid = ids[-1] if target == "latest" else ids[0]
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid}}
+        self.saver.put_writes(config, [(channel, value)], f"task-{task}", f"path-{task}")
+        idx = {"__error__": -1, "__interrupt__": -3}.get(channel, 0)
+        self.text = self.codec.add_writes(self.text, "", cid, f"task-{task}", [(idx, channel, value)], f"path-{task}")
+
+
+def play(saver: TelarSaver, ops: list) -> None:
+    model = Model(saver)
+    for op in ops:
+        getattr(model, op[0])(*op[1:])
+        if model.text is not None:
+            assert saver.store.read("t") == model.text
+            saver.get_tuple({"configurable": {"thread_id": "t"}})  # reads refill the cache
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=operations, max_history=st.sampled_from([None, None, 2, 5]))
+def test_memory_store_fast_path_matches_the_codec(ops, max_history) -> None:
+    play(TelarSaver(MemoryStore(), max_history=max_history), ops)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=operations, max_history=st.sampled_from([None, 3]))
+def test_file_store_fast_path_matches_the_codec(tmp_path_factory, ops, max_history) -> None:
+    play(TelarSaver(FileStore(tmp_path_factory.mktemp("fast"), fsync=False), max_history=max_history), ops)
+
+
+def test_the_fast_path_is_taken() -> None:
+    """After a first read, puts append without a whole update."""
+    store = MemoryStore()
+    saver = TelarSaver(store)
+    calls = []
+    update = store.update_versioned
+    store.update_versioned = lambda key, change: calls.append(key) or update(key, change)  # type: ignore[method-assign]
+    Model(saver).put("none", "input", "", "grow")
+    model = Model(saver)
+    model.n = 1
+    model.ids[""] = ["00000001"]
+    for _ in range(5):
+        model.put("latest", "loop", "", "grow")
+    assert calls == ["t"], "only the first put of the thread updates the whole value"
