@@ -110,6 +110,19 @@ def test_threads_and_verify_on_each_local_store_url(capsys, tmp_path, kind) -> N
     assert (code, out) == (0, "ok      sub\n\n1 thread: 1 ok, 0 with warnings only, 0 failed -- sound\n")
 
 
+def test_list_threads_on_every_store(store) -> None:
+    from telar_checkpoint.inspect import list_threads
+
+    fill(store)
+    seen = []
+    listing = list_threads(store, progress=lambda done, total: seen.append((done, total)))
+    assert [(t.thread_id, t.checkpoints, t.latest_step, t.torn) for t in listing.threads] == [
+        ("ask", 3, 1, False), ("steps", 5, 3, False), ("sub", 5, 1, False), ("torn", 5, 3, True)
+    ]
+    assert [(c.thread_id, c.error.split(":")[0]) for c in listing.corrupt] == [("broken", "thread 'broken', line 1")]
+    assert seen[-1] == (5, 5) and listing.foreign == []
+
+
 def test_progress_bar_only_when_asked_or_on_a_terminal(capsys, url) -> None:
     _, _, err = run(capsys, "threads", url)
     assert err == ""

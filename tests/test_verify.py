@@ -60,6 +60,17 @@ def test_sound_store_is_ok(store) -> None:
     assert report.problems == [] and report.ok
 
 
+def test_damage_is_found_on_every_store(store) -> None:
+    run_graphs(TelarSaver(store))
+    text = store.read("steps") or ""
+    store.write("steps", text + '{"format":7,"kind":"checkpoint"}\n' + '{"format":1,"kin')
+    report = verify_store(store)
+    assert not report.ok
+    assert [(p.thread_id, p.line, p.code) for p in report.problems] == [
+        ("steps", text.count("\n") + 1, "unknown-format"), ("steps", text.count("\n") + 2, "torn")
+    ]
+
+
 def test_finished_resumed_trimmed_and_forked_threads_are_sound() -> None:
     store = MemoryStore()
     saver = TelarSaver(store, max_history=2)
