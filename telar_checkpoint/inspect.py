@@ -259,7 +259,7 @@ def find_entry(thread_id: str, history: History, checkpoint_id: str | None, ns: 
         if entry is None:
             raise CheckpointNotFoundError(thread_id, None, ns)
         return entry
-    namespaces = [ns] if ns is not None else history.namespaces() + [n for n in history.dropped if n not in history.namespaces()]
+    namespaces = [ns] if ns is not None else list(dict.fromkeys([*history.namespaces(), *history.dropped]))
     for name in namespaces:
         if (entry := history.get(name, checkpoint_id)) is not None:
             return entry
