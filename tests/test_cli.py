@@ -264,9 +264,12 @@ def test_trim_asks_first_and_no_changes_nothing(capsys, url, monkeypatch) -> Non
 
 
 def test_trim_after_yes(capsys, url, monkeypatch) -> None:
+    first = ids(capsys, url, "steps")[0]["id"]
     code, out, _ = run(capsys, "trim", url, "--keep", "2", "steps", stdin="y\n", monkeypatch=monkeypatch)
     assert code == 0 and out.endswith("trimmed 1 thread: 3 checkpoints removed\n")
     assert [c["step"] for c in ids(capsys, url, "steps")] == [2, 3]
+    code, _, err = run(capsys, "show", url, "steps", first)
+    assert code == 3 and f"checkpoint {first} was trimmed" in err
     assert run(capsys, "verify", url, "steps")[0] == 0  # the trim is recorded: the gap is sound
     code, out, _ = run(capsys, "trim", url, "--keep", "2", "steps")
     assert (code, out) == (0, "nothing to trim: every thread has at most 2 checkpoints to keep\n")
