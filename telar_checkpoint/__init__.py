@@ -18,6 +18,7 @@ from telar_checkpoint.errors import (
 )
 from telar_checkpoint.format import FORMAT_V1, FORMAT_V2
 from telar_checkpoint.saver import TelarSaver
+from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "CorruptLineError",
     "FileStore",
     "ForeignDataError",
+    "JsonSerializer",
     "MemoryStore",
     "SerializationError",
     "Store",

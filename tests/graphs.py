@@ -114,13 +114,15 @@ def fan_out(fail_marker: dict[str, Any], calls: list[int]) -> StateGraph:
 
 
 def normalize(value: Any) -> Any:
-    """Outputs with run-specific ids taken out (interrupt ids derive from checkpoint ids)."""
+    """Outputs with run-specific ids taken out (interrupt ids derive from checkpoint ids, message ids are random)."""
     if isinstance(value, dict):
         return {k: normalize(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(normalize(v) for v in value)
     if type(value).__name__ == "Interrupt":
         return ("Interrupt", normalize(value.value))
+    if type(value).__name__.endswith(("Message", "MessageChunk")):  # message ids are random per run
+        return value.model_copy(update={"id": None})
     return value
 
 
