@@ -62,6 +62,7 @@ class DroppedLine:
     ns: str
     floor: str | None  # ids below this were trimmed
     replaced: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)  # removed on request (delete_for_runs): read as absent
 
 
 Line = CheckpointLine | WritesLine | DroppedLine
@@ -126,6 +127,8 @@ def write_dropped(line: DroppedLine) -> str:
         doc["ns"] = line.ns
     doc["floor"] = line.floor
     doc["replaced"] = line.replaced
+    if line.deleted:
+        doc["deleted"] = line.deleted
     return _dumps(doc)
 
 
@@ -195,9 +198,10 @@ def _read_writes(f: _Fields, ns: str) -> WritesLine:
 
 def _read_dropped(f: _Fields, ns: str) -> DroppedLine:
     replaced = f.get("replaced", list)
-    if not all(isinstance(r, str) for r in replaced):
-        raise f.fail("field 'replaced' should hold checkpoint ids")
-    return DroppedLine(ns, f.get("floor", str, optional=True), replaced)
+    deleted = f.get("deleted", list, optional=True) or []
+    if not all(isinstance(r, str) for r in replaced + deleted):
+        raise f.fail("fields 'replaced' and 'deleted' should hold checkpoint ids")
+    return DroppedLine(ns, f.get("floor", str, optional=True), replaced, deleted)
 
 
 _KINDS: dict[str, Callable[[_Fields, str], Line]] = {

@@ -121,7 +121,7 @@ class History:
         other = History(self.thread_id)
         other.entries = dict(self.entries)
         other.orphans = {k: dict(v) for k, v in self.orphans.items()}
-        other.dropped = {ns: DroppedLine(ns, d.floor, list(d.replaced)) for ns, d in self.dropped.items()}
+        other.dropped = {ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted)) for ns, d in self.dropped.items()}
         other.torn = self.torn
         other._latest = dict(self._latest)
         other.line_count = self.line_count
@@ -160,7 +160,7 @@ class History:
 
     def render(self) -> str:
         """The canonical stored string: dropped lines, then each checkpoint followed by its writes."""
-        out = [write_dropped(d) for d in self.dropped.values() if d.floor or d.replaced]
+        out = [write_dropped(d) for d in self.dropped.values() if d.floor or d.replaced or d.deleted]
         for (ns, cid), entry in self.entries.items():
             out.append(entry.line.text or write_checkpoint(entry.line))
             out.extend(self._writes_lines(ns, cid, entry.writes))
@@ -335,31 +335,43 @@ class History:
             del self.orphans[key]
         return dropped
 
-    def _remember_replaced(self, ns: str, cid: str) -> None:
+    def was_deleted(self, ns: str, cid: str) -> bool:
+        """True when `cid` was removed on request (it reads as absent, as LangGraph expects)."""
+        here = self.dropped.get(ns)
+        return here is not None and cid in here.deleted
+
+    def _remember_replaced(self, ns: str, cid: str, field: str = "replaced") -> None:
         record = self.dropped.setdefault(ns, DroppedLine(ns, None))
-        record.replaced.append(cid)
-        total = sum(len(d.replaced) for d in self.dropped.values())
+        getattr(record, field).append(cid)
+        total = sum(len(getattr(d, field)) for d in self.dropped.values())
         while total > REPLACED_IDS_KEPT:
-            oldest = min((d for d in self.dropped.values() if d.replaced), key=lambda d: min(d.replaced))
-            oldest.replaced.remove(min(oldest.replaced))
+            oldest = min((d for d in self.dropped.values() if getattr(d, field)), key=lambda d: min(getattr(d, field)))
+            getattr(oldest, field).remove(min(getattr(oldest, field)))
             total -= 1
 
     def remove(self, keys: set[Key]) -> None:
-        """Remove checkpoints and their writes, remembering nothing (an explicit deletion)."""
+        """Remove checkpoints and their writes on request: they read as absent afterwards, and
+        are listed as `deleted` so that a check knows a dangling parent is no damage."""
         self._latest.clear()
         self._make_whole(lambda e: (e.line.ns, e.base.line.id) in keys)
         for key in keys:
             del self.entries[key]
         for key in [k for k in self.orphans if k in keys]:
             del self.orphans[key]
+        for ns, cid in sorted(keys):
+            self._remember_replaced(ns, cid, "deleted")
 
     def keep_latest(self) -> bool:
-        """Keep the latest checkpoint of each namespace (and its DeltaChannel ancestors)."""
+        """Keep the latest checkpoint of each namespace (and its DeltaChannel ancestors); what
+        goes counts as trimmed."""
         cut: set[Key] = set()
         for ns in self.namespaces():
             self._keep_last(ns, self.in_ns(ns), 1, cut)
-        self.remove(cut)
-        return bool(cut)
+        if not cut:
+            return False
+        self._drop(cut)
+        self._set_floors({ns for ns, _ in cut})
+        return True
 
     def trim(self, max_history: int) -> bool:
         """Keep the last `max_history` checkpoints of the root namespace, their subgraph
@@ -381,16 +393,19 @@ class History:
         if not cut:
             return False
         self._drop(cut)
-        for ns in {ns for ns, _ in cut}:
-            remaining = self.in_ns(ns)
-            record = self.dropped.setdefault(ns, DroppedLine(ns, None))
-            record.floor = min((e.line.id for e in remaining), default=record.floor)
+        self._set_floors({ns for ns, _ in cut})
         for key in [k for k in self.orphans if self.dropped_reason(*k) == "trimmed"]:
             del self.orphans[key]
         for ns in [ns for ns in self.dropped if ns and not self.in_ns(ns)]:
             if not self.dropped[ns].replaced:
                 del self.dropped[ns]
         return True
+
+    def _set_floors(self, namespaces: set[str]) -> None:
+        for ns in namespaces:
+            remaining = self.in_ns(ns)
+            record = self.dropped.setdefault(ns, DroppedLine(ns, None))
+            record.floor = min((e.line.id for e in remaining), default=record.floor)
 
     def _keep_last(self, ns: str, members: list[Entry], n: int, cut: set[Key]) -> set[str]:
         ordered = sorted(members, key=lambda e: e.line.id)

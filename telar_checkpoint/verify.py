@@ -152,7 +152,7 @@ class _Checker:
         for (ns, cid), entry in history.entries.items():
             number = self.checkpoint_lines.get((ns, cid))
             parent = entry.line.parent
-            if parent is not None and history.get(ns, parent) is None and history.dropped_reason(ns, parent) is None:
+            if parent is not None and history.get(ns, parent) is None and not _dropped(history, ns, parent):
                 self.add(number, "missing-parent", f"checkpoint {cid}{_in(ns)} has parent {parent}, "
                          "which is not stored and not recorded as replaced or trimmed")
             if not ns:
@@ -160,7 +160,7 @@ class _Checker:
             for owner_ns, owner in (entry.line.metadata.get("parents") or {}).items():
                 if not isinstance(owner, str):
                     continue
-                if history.get(owner_ns, owner) is None and history.dropped_reason(owner_ns, owner) is None:
+                if history.get(owner_ns, owner) is None and not _dropped(history, owner_ns, owner):
                     self.add(number, "missing-owner", f"subgraph checkpoint {cid}{_in(ns)} belongs to checkpoint "
                              f"{owner}{_in(owner_ns)}, which is not stored and not recorded as replaced or trimmed")
 
@@ -219,3 +219,8 @@ def verify_store(
         if progress is not None:
             progress(done, len(chosen))
     return report
+
+
+def _dropped(history: History, ns: str, cid: str) -> bool:
+    """True when the history records `cid` as replaced, trimmed or deleted on request."""
+    return history.dropped_reason(ns, cid) is not None or history.was_deleted(ns, cid)

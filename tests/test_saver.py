@@ -105,3 +105,25 @@ def test_bad_arguments_are_usage_errors(bad) -> None:
         TelarSaver(MemoryStore(), max_history=bad)
     with pytest.raises(UsageError, match="prune strategy"):
         TelarSaver(MemoryStore()).prune(["t"], strategy="all")
+
+
+def test_prune_counts_as_trimming_and_delete_for_runs_reads_as_absent(store) -> None:
+    from telar_checkpoint.verify import verify_thread
+
+    saver = TelarSaver(store)
+    graph = multi_step().compile(checkpointer=saver)
+    graph.invoke({"log": [], "count": 0}, config())
+    first = list(saver.list(config()))[-1].config
+    saver.prune(["t"])
+    assert [p.code for p in verify_thread("t", store.read("t")) if p.severity == "error"] == []
+    with pytest.raises(CheckpointDroppedError, match="was trimmed"):
+        saver.get_tuple(first)
+    assert graph.get_state(config()).values["log"] == ["a", "b", "c"]
+
+    run_id = "run-2"
+    graph.invoke({"log": ["x"]}, {**config(), "metadata": {"run_id": run_id}})
+    doomed = [t.config for t in saver.list(config()) if t.metadata.get("run_id") == run_id]
+    assert doomed
+    saver.delete_for_runs([run_id])
+    assert all(saver.get_tuple(c) is None for c in doomed)
+    assert [p.code for p in verify_thread("t", store.read("t")) if p.severity == "error"] == []
