@@ -74,7 +74,7 @@ class FileStore(Store):
         self.fsync = fsync
         self._mkdir(self.directory)
         self._texts: dict[str, tuple[_Signature, str]] = {}
-        self._thread_locks: dict[str, threading.Lock] = {}
+        self._thread_locks: dict[str, tuple[threading.Lock, FileLock]] = {}
         self._guard = threading.Lock()
 
     def _mkdir(self, path: Path) -> None:
@@ -91,13 +91,25 @@ class FileStore(Store):
     def _lock(self, key: str) -> Iterator[None]:
         """Hold the thread's lock: a threading lock in this process, then the lock file."""
         with self._guard:
-            local = self._thread_locks.setdefault(key, threading.Lock())
+            pair = self._thread_locks.get(key)
+            if pair is None:
+                locks = self.directory / _LOCKS
+                self._mkdir(locks)
+                name = encode_name(key).replace("/", "~")[-_SEGMENT:]
+                # One FileLock per key, used under the threading lock by one thread at a time.
+                file_lock = FileLock(str(locks / (name + ".lock")), mode=self.mode, thread_local=False)
+                pair = self._thread_locks[key] = (threading.Lock(), file_lock)
+        local, file_lock = pair
         with local:
-            locks = self.directory / _LOCKS
-            self._mkdir(locks)
-            name = encode_name(key).replace("/", "~")[-_SEGMENT:]
-            with FileLock(str(locks / (name + ".lock")), mode=self.mode).acquire(poll_interval=0.001):
+            try:
+                file_lock.acquire(poll_interval=0.001)
+            except FileNotFoundError:  # the locks directory was removed under us
+                self._mkdir(self.directory / _LOCKS)
+                file_lock.acquire(poll_interval=0.001)
+            try:
                 yield
+            finally:
+                file_lock.release()
 
     @staticmethod
     def _signature(path: Path) -> _Signature | None:
