@@ -5,7 +5,8 @@ imports everything once, then forks one *writer* per command it reads on
 stdin, so a kill costs a fork, not an interpreter start. A writer opens the
 store that `tests.stores.describe` described and writes one thread, either
 by running a real graph (`graph` mode) or with raw ``put``/``put_writes``
-calls carrying values of random size, some of megabytes (`raw` mode). After
+calls carrying values of random size, some of megabytes, of mixed ASCII and
+multi-byte text (`raw` mode) or of ASCII only (`raw-ascii`). After
 each call returns it prints one JSON event to stdout (a single ``os.write``
 shorter than ``PIPE_BUF``, so events never tear). The test (`CrashRun`) kills
 the writer with SIGKILL after a random number of events and a random delay,
@@ -93,9 +94,9 @@ def _acking_saver(store: Any) -> Any:
     return AckingSaver(store)
 
 
-def blob(n: int, size: int) -> str:
+def blob(n: int, size: int, ascii_only: bool = False) -> str:
     """The value a raw writer stores at step `n`: `size` characters, mixed ASCII and multi-byte."""
-    unit = f"[{n}:é中🧵]"
+    unit = f"[{n}:abc]" if ascii_only else f"[{n}:é中🧵]"
     return (unit * (size // len(unit) + 1))[:size]
 
 
@@ -111,7 +112,7 @@ def _graph_writer(saver: Any, thread: str, rng: random.Random) -> None:
         graph.invoke({"marks": []}, config)
 
 
-def _raw_writer(saver: Any, thread: str, rng: random.Random) -> None:
+def _raw_writer(saver: Any, thread: str, rng: random.Random, ascii_only: bool = False) -> None:
     from langgraph.checkpoint.base import empty_checkpoint
 
     config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
@@ -120,9 +121,9 @@ def _raw_writer(saver: Any, thread: str, rng: random.Random) -> None:
     parent = latest.config["configurable"]["checkpoint_id"] if latest else None
     _emit(e="resume", thread=thread, id=parent, count=n, next=[])
     while True:
-        size = rng.choice([10, 100, 3_000, 50_000]) if rng.random() < 0.8 else rng.randint(BIG, 3 * BIG)
+        size = rng.choice([10, 100, 3_000, 50_000]) if rng.random() < 0.85 else rng.randint(BIG, 2 * BIG)
         checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {"n": n, "size": size, "blob": blob(n, size)}
+        checkpoint["channel_values"] = {"n": n, "size": size, "blob": blob(n, size, ascii_only)}
         checkpoint["channel_versions"] = {"n": n + 1, "size": n + 1, "blob": n + 1}
         if size >= BIG:
             _emit(e="big", size=size)
@@ -131,7 +132,7 @@ def _raw_writer(saver: Any, thread: str, rng: random.Random) -> None:
         _emit(e="put", thread=thread, ns="", id=checkpoint["id"], parent=parent)
         write_config = {"configurable": {**config["configurable"], "checkpoint_id": checkpoint["id"]}}
         task = f"task-{n}"
-        saver.put_writes(write_config, [("n", n), ("note", blob(n, rng.choice([5, 500, 20_000])))], task)
+        saver.put_writes(write_config, [("n", n), ("note", blob(n, rng.choice([5, 500, 20_000]), ascii_only))], task)
         _emit(e="writes", thread=thread, ns="", id=checkpoint["id"], task=task, n=2)
         parent, n = checkpoint["id"], n + 1
 
@@ -142,8 +143,10 @@ def _write(command: dict[str, Any]) -> None:
     store = reopen((command["store"][0], command["store"][1]))
     saver = _acking_saver(store)
     rng = random.Random(command["seed"])
-    writer = _graph_writer if command["mode"] == "graph" else _raw_writer
-    writer(saver, command["thread"], rng)
+    if command["mode"] == "graph":
+        _graph_writer(saver, command["thread"], rng)
+    else:
+        _raw_writer(saver, command["thread"], rng, ascii_only=command["mode"] == "raw-ascii")
 
 
 def serve() -> None:
@@ -374,8 +377,9 @@ class CrashRun:
             assert task in held, f"{thread}: writes of {task} on {cid} lost"
         for record in records.values():
             values = record.checkpoint["channel_values"]
-            if self.mode == "raw":
-                assert values["blob"] == blob(values["n"], values["size"]), f"{thread}: {record.id} altered"
+            if self.mode.startswith("raw"):
+                expected = blob(values["n"], values["size"], self.mode == "raw-ascii")
+                assert values["blob"] == expected, f"{thread}: {record.id} altered"
             elif "count" in values:
                 assert values["total"] == values["count"] * (values["count"] + 1) // 2, (thread, values)
         # The parent chain of the latest checkpoint reaches the first: nothing in between was lost.
