@@ -95,6 +95,9 @@ def targets(results: dict[str, Any]) -> list[Target]:
             turns = results.get("agent_loop", {})
             if turns.get(name, {}).get("turns") != turns.get("PostgresSaver", {}).get("turns"):
                 ratio, detail = None, "not comparable: the two ran a different number of agent-loop turns"
+            elif "PostgresSaver" in storage:
+                other_a, other_b = storage[name]["other_per_checkpoint"], storage["PostgresSaver"]["other_per_checkpoint"]
+                detail += f" (other view, see section 4: {_n(other_a, 0)} vs {_n(other_b, 0)})"
             found.append(Target(f"{name} storage per checkpoint <= PostgresSaver's", ratio, 1.0, "<=", detail))
 
     concurrency = results.get("concurrency", {})

@@ -34,7 +34,7 @@ class Settings:
     """Sizes of one run (see `FULL`, `QUICK` in run.py)."""
 
     turns: int = 100  # workload 1: invokes on one thread
-    turn_budget_s: float = 45.0  # workload 1: a contender stops once its invokes took this long
+    turn_budget_s: float = 75.0  # workload 1: a contender stops once its invokes took this long
     durability: str = "sync"  # of every invoke: the checkpoint is written before invoke returns
     micro_rounds: int = 200  # workload 2
     scale_levels: tuple[int, ...] = (10, 100, 1000, 5000)  # workload 3
