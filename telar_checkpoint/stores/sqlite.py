@@ -1,4 +1,4 @@
-"""`SQLiteStore`: one row per thread in a single SQLite database file.
+"""`SQLiteStore`: each thread's value as ordered chunks in a single SQLite database file.
 
 The database runs in WAL mode, so readers never wait for a writer. Each
 update is a ``BEGIN IMMEDIATE`` transaction (writers queue on SQLite's lock,
@@ -6,9 +6,16 @@ across threads and processes, for up to `timeout` seconds) that is rolled back
 on any exception. Each thread (and each process, after a fork) gets its own
 connection. Keys and values are stored as the exact UTF-8 bytes of the string
 (``surrogatepass``), keys as BLOBs and values as TEXT, so any Python string
-round-trips; a value that extends the stored one is appended in SQL
-(``value || ?``) rather than sent whole. The tables carry a schema version of
-their own in ``telar_meta``.
+round-trips.
+
+A value is the concatenation, in ``seq`` order, of its rows in
+``telar_chunks``; ``seq`` is an AUTOINCREMENT key, so it is never reused, and
+the largest ``seq`` of a key is its version. Appending inserts one row (the
+stored history is never rewritten for an append); any other change replaces
+the key's rows by one, and an update that extends a value of many chunks
+compacts them into one. The tables carry a schema version of their own in
+``telar_meta``; a database of schema 1 (one row per thread) is migrated when
+first opened.
 """
 
 from __future__ import annotations
@@ -16,28 +23,43 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from telar_checkpoint.errors import StoreError, StoredDataError
 from telar_checkpoint.stores.base import Change, Store
 
-SCHEMA_VERSION = 1
-"""The layout of our tables; a database recording a newer one is refused."""
+SCHEMA_VERSION = 2
+"""The layout of our tables; 1 is migrated, a database recording a newer one is refused."""
+
+COMPACT_AT = 256
+"""An update that extends a value held in this many chunks or more rewrites it as one chunk."""
 
 _SETUP = (
     "CREATE TABLE IF NOT EXISTS telar_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS telar_histories (key BLOB PRIMARY KEY, value TEXT NOT NULL)",
-    f"INSERT OR IGNORE INTO telar_meta (name, value) VALUES ('schema_version', '{SCHEMA_VERSION}')",
+    "CREATE TABLE IF NOT EXISTS telar_chunks "
+    "(seq INTEGER PRIMARY KEY AUTOINCREMENT, key BLOB NOT NULL, value TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS telar_chunks_key ON telar_chunks (key, seq)",
 )
+_RECORD_VERSION = f"INSERT OR IGNORE INTO telar_meta (name, value) VALUES ('schema_version', '{SCHEMA_VERSION}')"
+_V1_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'telar_histories'"
+_MIGRATE_V1 = (
+    "INSERT INTO telar_chunks (key, value) SELECT key, value FROM telar_histories ORDER BY rowid",
+    "DROP TABLE telar_histories",
+    f"UPDATE telar_meta SET value = '{SCHEMA_VERSION}' WHERE name = 'schema_version'",
+)
+_RECORD_V1 = "INSERT OR IGNORE INTO telar_meta (name, value) VALUES ('schema_version', '1')"
 _VERSION = "SELECT value FROM telar_meta WHERE name = 'schema_version'"
-_READ = "SELECT value FROM telar_histories WHERE key = ?"
-_INSERT = "INSERT INTO telar_histories (key, value) VALUES (?, CAST(? AS TEXT))"
-_REPLACE = "UPDATE telar_histories SET value = CAST(? AS TEXT) WHERE key = ?"
-_APPEND = "UPDATE telar_histories SET value = value || CAST(? AS TEXT) WHERE key = ?"
-_DELETE = "DELETE FROM telar_histories WHERE key = ?"
-_KEYS = "SELECT key FROM telar_histories"
+_READ = "SELECT seq, value FROM telar_chunks WHERE key = ? ORDER BY seq"
+_LATEST = "SELECT max(seq) FROM telar_chunks WHERE key = ?"
+_INSERT = "INSERT INTO telar_chunks (key, value) VALUES (?, CAST(? AS TEXT))"
+_APPEND_IF = (
+    "INSERT INTO telar_chunks (key, value) SELECT ?, CAST(? AS TEXT) "
+    "WHERE (SELECT max(seq) FROM telar_chunks WHERE key = ?) = ?"
+)
+_DELETE = "DELETE FROM telar_chunks WHERE key = ?"
+_KEYS = "SELECT DISTINCT key FROM telar_chunks"
 
 
 def _encode(text: str) -> bytes:
@@ -67,7 +89,8 @@ class SQLiteStore(Store):
     ) -> None:
         """`timeout`: seconds to wait for another writer; `fsync`: ``synchronous=FULL``
         (else ``NORMAL``); `mode`: permissions of a new database file;
-        `append_in_sql`: extend values with ``value || ?`` (False rewrites them whole)."""
+        `append_in_sql`: an update that extends a value inserts the suffix as a chunk (False rewrites
+        the value whole)."""
         self.path = Path(path)
         self.timeout = timeout
         self.fsync = fsync
@@ -113,9 +136,15 @@ class SQLiteStore(Store):
 
     def _setup(self, conn: sqlite3.Connection) -> None:
         with self._transaction(conn):
-            for statement in _SETUP:
-                conn.execute(statement)
+            conn.execute(_SETUP[0])
+            conn.execute(_RECORD_VERSION if conn.execute(_V1_TABLE).fetchone() is None else _RECORD_V1)
             version = int(conn.execute(_VERSION).fetchone()[0])
+            if version < SCHEMA_VERSION:  # 1: one row per thread in telar_histories
+                for statement in _SETUP[1:] + _MIGRATE_V1:
+                    conn.execute(statement)
+            elif version == SCHEMA_VERSION:
+                for statement in _SETUP[1:]:
+                    conn.execute(statement)
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"SQLite database {self.path} has store schema version {version}, newer than this "
@@ -159,34 +188,48 @@ class SQLiteStore(Store):
 
     def read(self, key: str) -> str | None:
         with self._errors():
-            row = self._connection().execute(_READ, (_encode(key),)).fetchone()
-        return None if row is None else _decode(row[0], key)
+            rows = self._connection().execute(_READ, (_encode(key),)).fetchall()
+        return _joined(rows, key)[0]
+
+    def version(self, key: str) -> int | None:
+        """The largest ``seq`` of the key's chunks: every write inserts a chunk, and seqs are never reused."""
+        with self._errors():
+            return self._connection().execute(_LATEST, (_encode(key),)).fetchone()[0]
+
+    def append_if(self, key: str, suffix: str, version: Hashable) -> int | None:
+        if not isinstance(version, int):
+            return None
+        raw_key = _encode(key)
+        with self._errors():
+            cursor = self._connection().execute(_APPEND_IF, (raw_key, _encode(suffix), raw_key, version))
+            return cursor.lastrowid if cursor.rowcount == 1 else None
 
     def update(self, key: str, change: Change) -> str | None:
+        return self.update_versioned(key, change)[0]
+
+    def update_versioned(self, key: str, change: Change) -> tuple[str | None, int | None]:
         raw_key = _encode(key)
         with self._errors():
             conn = self._connection()
             with self._transaction(conn):
-                row = conn.execute(_READ, (raw_key,)).fetchone()
-                old = None if row is None else _decode(row[0], key)
+                rows = conn.execute(_READ, (raw_key,)).fetchall()
+                old, version = _joined(rows, key)
                 new = change(old)
                 if new is None:
                     if old is not None:
                         conn.execute(_DELETE, (raw_key,))
-                elif old is None:
-                    conn.execute(_INSERT, (raw_key, _encode(new)))
-                elif self.append_in_sql and new.startswith(old):
-                    if len(new) > len(old):
-                        conn.execute(_APPEND, (_encode(new[len(old) :]), raw_key))
-                elif new != old:
-                    conn.execute(_REPLACE, (_encode(new), raw_key))
-        return new
+                    return None, None
+                if new == old:
+                    return new, version
+                if old is not None and new.startswith(old) and self.append_in_sql and len(rows) < COMPACT_AT:
+                    return new, conn.execute(_INSERT, (raw_key, _encode(new[len(old) :]))).lastrowid
+                if old is not None:
+                    conn.execute(_DELETE, (raw_key,))
+                return new, conn.execute(_INSERT, (raw_key, _encode(new))).lastrowid
 
     def delete(self, key: str) -> None:
         with self._errors():
-            conn = self._connection()
-            with self._transaction(conn):
-                conn.execute(_DELETE, (_encode(key),))
+            self._connection().execute(_DELETE, (_encode(key),))
 
     def _raw_keys(self) -> list[bytes]:
         with self._errors():
@@ -206,5 +249,12 @@ class SQLiteStore(Store):
             try:
                 raw.decode("utf-8", "surrogatepass")
             except UnicodeDecodeError:
-                found.append(f"telar_histories key x'{raw.hex()}'")
+                found.append(f"telar_chunks key x'{raw.hex()}'")
         return sorted(found)
+
+
+def _joined(rows: list[tuple[int, bytes]], key: str) -> tuple[str | None, int | None]:
+    """The value held in `rows` (chunks in seq order) and its version; (None, None) when there are none."""
+    if not rows:
+        return None, None
+    return _decode(b"".join(row[1] for row in rows), key), rows[-1][0]
