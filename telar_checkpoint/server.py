@@ -1,0 +1,60 @@
+"""A ready checkpointer for the LangGraph server (`langgraph dev`; see docs/SERVER.md).
+
+Name it in `langgraph.json` and the server keeps its threads' checkpoints with
+`TelarSaver` instead of its own::
+
+    "checkpointer": {"path": "telar_checkpoint.server.checkpointer"}
+
+Configured by the environment, read when the server starts:
+
+- ``TELAR_CHECKPOINT_URL``: any URL `TelarSaver.from_conn_string` takes
+  (``file:///dir`` or a path, ``sqlite:///x.db``, ``postgresql://...``,
+  ``redis://...``); default ``.telar-checkpoint`` under the server's directory.
+- ``TELAR_CHECKPOINT_MAX_HISTORY``: keep the last N checkpoints of each thread
+  (unset or empty: keep them all).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+from telar_checkpoint.errors import UsageError
+from telar_checkpoint.saver import DEFAULT_DIRECTORY, TelarSaver
+
+__all__ = ["URL_VARIABLE", "MAX_HISTORY_VARIABLE", "checkpointer", "settings"]
+
+URL_VARIABLE = "TELAR_CHECKPOINT_URL"
+MAX_HISTORY_VARIABLE = "TELAR_CHECKPOINT_MAX_HISTORY"
+
+
+def settings(environ: Mapping[str, str] = os.environ) -> tuple[str, int | None]:
+    """The store URL and `max_history` that `environ` asks for.
+
+    >>> settings({"TELAR_CHECKPOINT_URL": "sqlite:///c.db", "TELAR_CHECKPOINT_MAX_HISTORY": "20"})
+    ('sqlite:///c.db', 20)
+    >>> settings({})
+    ('.telar-checkpoint', None)
+    """
+    url = environ.get(URL_VARIABLE, "").strip() or DEFAULT_DIRECTORY
+    text = environ.get(MAX_HISTORY_VARIABLE, "").strip()
+    if not text:
+        return url, None
+    try:
+        max_history = int(text)
+    except ValueError:
+        max_history = 0
+    if max_history < 1:
+        raise UsageError(
+            f"{MAX_HISTORY_VARIABLE}={text!r}: write a positive whole number, or unset it to keep every checkpoint"
+        )
+    return url, max_history
+
+
+@asynccontextmanager
+async def checkpointer() -> AsyncIterator[TelarSaver]:
+    """A `TelarSaver` on the store the environment names, closed when the server stops."""
+    url, max_history = settings()
+    async with TelarSaver.from_conn_string(url, max_history=max_history) as saver:
+        yield saver
