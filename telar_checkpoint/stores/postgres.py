@@ -1,4 +1,4 @@
-"""`PostgresStore`: one row per thread in a PostgreSQL table, through psycopg 3 pools.
+"""`PostgresStore`: each thread as ordered chunks in a PostgreSQL table, through psycopg 3 pools.
 
 Sync methods use a `psycopg_pool.ConnectionPool`; async methods use an
 `AsyncConnectionPool` opened lazily in the running event loop, so they never
@@ -8,8 +8,16 @@ the server dropped is replaced and the next call after a failure succeeds.
 Keys are stored as the UTF-8 bytes of the thread id (``bytea``, so NUL and any
 other character round-trip); values are ``text``, which cannot hold NUL or
 lone surrogates: such a value is refused with `StoreError`, never altered.
-An update inserts the row (so a new key is locked too), locks it with
-``SELECT ... FOR UPDATE``, and appends with ``value || %s`` when it can.
+A thread has one small row in ``{prefix}threads`` (its key and version, drawn
+from the sequence ``{prefix}versions`` on every write, so a version is never
+reused) and its value is the concatenation, in ``seq`` order, of its rows in
+``{prefix}chunks`` (``seq`` is the version that wrote the chunk). Appending
+bumps the version and inserts one chunk, in one statement that does nothing
+when the version moved: the history is never rewritten (nor left behind as a
+dead row) for an append. An update upserts and so locks the thread row (a new
+key is locked too), and appends a chunk, or replaces the chunks by one (which
+also compacts a value of many chunks). A store of schema 1 (one row per
+thread) is migrated when first opened.
 
 Each operation is written once as a generator of ``(query, params)`` steps
 that receives each step's rows; a sync and an async driver run it.
@@ -20,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Hashable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -35,8 +43,11 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating a missi
 from telar_checkpoint.errors import StoreError, UsageError
 from telar_checkpoint.stores.base import Change, Store
 
-SCHEMA_VERSION = 1
-"""The layout of our tables; a database recording a newer one is refused."""
+SCHEMA_VERSION = 2
+"""The layout of our tables; 1 is migrated, a database recording a newer one is refused."""
+
+COMPACT_AT = 256
+"""An update that extends a value held in this many chunks or more rewrites it as one chunk."""
 
 Rows = list[tuple[Any, ...]]
 Steps = Generator[tuple[sql.Composable, tuple[Any, ...]], Rows, Any]
@@ -107,6 +118,8 @@ class PostgresStore(Store):
         yield self._sql.advisory_lock, (self._sql.lock_name,)
         for statement in self._sql.setup:
             yield statement, ()
+        rows = yield self._sql.v1_table, ()
+        yield (self._sql.record_v1 if rows[0][0] else self._sql.record_version), ()
         rows = yield self._sql.version, ()
         version = int(rows[0][0])
         if version > SCHEMA_VERSION:
@@ -114,29 +127,54 @@ class PostgresStore(Store):
                 f"PostgreSQL server at {self.server}: the store tables have schema version {version}, "
                 f"newer than this telar-checkpoint knows ({SCHEMA_VERSION}); upgrade telar-checkpoint"
             )
-        return version
+        if version < SCHEMA_VERSION:  # 1: one row per thread in {prefix}histories
+            for statement in self._sql.migrate_v1:
+                yield statement, ()
+        return SCHEMA_VERSION
 
     def _read_steps(self, key: str) -> Steps:
         rows = yield self._sql.read, (_key(key),)
+        return rows[0][0]
+
+    def _version_of_steps(self, key: str) -> Steps:
+        rows = yield self._sql.thread_version, (_key(key),)
+        return rows[0][0] if rows else None
+
+    def _append_if_steps(self, key: str, suffix: str, version: Hashable) -> Steps:
+        if not isinstance(version, int):
+            return None
+        rows = yield self._sql.append_if, (_key(key), version, _storable(suffix, key))
         return rows[0][0] if rows else None
 
     def _update_steps(self, key: str, change: Change) -> Steps:
+        """Runs in a transaction: the upsert locks the thread row (version 0: a placeholder, never committed)."""
         raw_key = _key(key)
-        yield self._sql.insert_placeholder, (raw_key,)
-        rows = yield self._sql.lock_row, (raw_key,)
-        old: str | None = rows[0][0]
+        rows = yield self._sql.lock_thread, (raw_key,)
+        version: int | None = rows[0][0] or None
+        old, chunks = None, 0
+        if version is not None:
+            rows = yield self._sql.read_counted, (raw_key,)
+            old, chunks = rows[0]
         new = change(old)
         if new is None:
-            yield self._sql.delete, (raw_key,)
-        elif old is not None and new.startswith(old):
-            if len(new) > len(old):
-                yield self._sql.append, (_storable(new[len(old) :], key), raw_key)
+            yield self._sql.delete_chunks, (raw_key,)
+            yield self._sql.delete_thread, (raw_key,)
+            return None, None
+        if new == old:
+            return new, version
+        if old is not None and new.startswith(old) and chunks < COMPACT_AT:
+            suffix = _storable(new[len(old) :], key)
         else:
-            yield self._sql.replace, (_storable(new, key), raw_key)
-        return new
+            suffix = _storable(new, key)
+            if old is not None:
+                yield self._sql.delete_chunks, (raw_key,)
+        rows = yield self._sql.bump_and_insert, (raw_key, suffix)
+        return new, rows[0][0]
 
     def _delete_steps(self, key: str) -> Steps:
-        yield self._sql.delete, (_key(key),)
+        """Runs in a transaction: the thread row first (waiting for an append), then its chunks."""
+        yield self._sql.delete_thread, (_key(key),)
+        yield self._sql.delete_chunks, (_key(key),)
 
     def _keys_steps(self) -> Steps:
         rows = yield self._sql.keys, ()
@@ -229,11 +267,20 @@ class PostgresStore(Store):
     def read(self, key: str) -> str | None:
         return self._run(self._read_steps(key))
 
+    def version(self, key: str) -> int | None:
+        return self._run(self._version_of_steps(key))
+
+    def append_if(self, key: str, suffix: str, version: Hashable) -> int | None:
+        return self._run(self._append_if_steps(key, suffix, version))
+
     def update(self, key: str, change: Change) -> str | None:
+        return self.update_versioned(key, change)[0]
+
+    def update_versioned(self, key: str, change: Change) -> tuple[str | None, int | None]:
         return self._run(self._update_steps(key, change), transaction=True)
 
     def delete(self, key: str) -> None:
-        self._run(self._delete_steps(key))
+        self._run(self._delete_steps(key), transaction=True)
 
     def keys(self) -> Iterator[str]:
         return iter(_decoded(self._run(self._keys_steps())))
@@ -249,11 +296,20 @@ class PostgresStore(Store):
     async def aread(self, key: str) -> str | None:
         return await self._arun(self._read_steps(key))
 
+    async def aversion(self, key: str) -> int | None:
+        return await self._arun(self._version_of_steps(key))
+
+    async def aappend_if(self, key: str, suffix: str, version: Hashable) -> int | None:
+        return await self._arun(self._append_if_steps(key, suffix, version))
+
     async def aupdate(self, key: str, change: Change) -> str | None:
+        return (await self.aupdate_versioned(key, change))[0]
+
+    async def aupdate_versioned(self, key: str, change: Change) -> tuple[str | None, int | None]:
         return await self._arun(self._update_steps(key, change), transaction=True)
 
     async def adelete(self, key: str) -> None:
-        await self._arun(self._delete_steps(key))
+        await self._arun(self._delete_steps(key), transaction=True)
 
     async def akeys(self) -> list[str]:
         return _decoded(await self._arun(self._keys_steps()))
@@ -266,25 +322,54 @@ class _Queries:
         def name(table: str) -> sql.Identifier:
             return sql.Identifier(schema, prefix + table) if schema else sql.Identifier(prefix + table)
 
-        meta, histories = name("meta"), name("histories")
+        meta, threads, chunks, versions = name("meta"), name("threads"), name("chunks"), name("versions")
+        v1 = name("histories")
         self.lock_name = f"telar-checkpoint setup {schema or ''}.{prefix}"
         self.advisory_lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtext(%s))")
         self.setup = [sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))] if schema else []
         self.setup += [
             sql.SQL("CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, value text NOT NULL)").format(meta),
-            sql.SQL("CREATE TABLE IF NOT EXISTS {} (key bytea PRIMARY KEY, value text)").format(histories),
-            sql.SQL("INSERT INTO {} VALUES ('schema_version', {}) ON CONFLICT DO NOTHING").format(
+            sql.SQL("CREATE SEQUENCE IF NOT EXISTS {}").format(versions),
+            sql.SQL("CREATE TABLE IF NOT EXISTS {} (key bytea PRIMARY KEY, version bigint NOT NULL)").format(threads),
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (key bytea NOT NULL, seq bigint NOT NULL, value text NOT NULL, "
+                "PRIMARY KEY (key, seq))"
+            ).format(chunks),
+        ]
+        record = "INSERT INTO {} VALUES ('schema_version', {}) ON CONFLICT DO NOTHING"
+        self.v1_table = sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(sql.Literal(v1.as_string(None)))
+        self.record_version = sql.SQL(record).format(meta, sql.Literal(str(SCHEMA_VERSION)))
+        self.record_v1 = sql.SQL(record).format(meta, sql.Literal("1"))
+        self.migrate_v1 = [
+            sql.SQL("INSERT INTO {} SELECT key, nextval({}) FROM {} WHERE value IS NOT NULL").format(
+                threads, sql.Literal(versions.as_string(None)), v1
+            ),
+            sql.SQL("INSERT INTO {} SELECT key, version, value FROM {} JOIN {} USING (key)").format(chunks, threads, v1),
+            sql.SQL("DROP TABLE {}").format(v1),
+            sql.SQL("UPDATE {} SET value = {} WHERE name = 'schema_version'").format(
                 meta, sql.Literal(str(SCHEMA_VERSION))
             ),
         ]
         self.version = sql.SQL("SELECT value FROM {} WHERE name = 'schema_version'").format(meta)
-        self.read = sql.SQL("SELECT value FROM {} WHERE key = %s AND value IS NOT NULL").format(histories)
-        self.insert_placeholder = sql.SQL("INSERT INTO {} (key) VALUES (%s) ON CONFLICT DO NOTHING").format(histories)
-        self.lock_row = sql.SQL("SELECT value FROM {} WHERE key = %s FOR UPDATE").format(histories)
-        self.append = sql.SQL("UPDATE {} SET value = value || %s WHERE key = %s").format(histories)
-        self.replace = sql.SQL("UPDATE {} SET value = %s WHERE key = %s").format(histories)
-        self.delete = sql.SQL("DELETE FROM {} WHERE key = %s").format(histories)
-        self.keys = sql.SQL("SELECT key FROM {} WHERE value IS NOT NULL").format(histories)
+        self.read = sql.SQL("SELECT string_agg(value, '' ORDER BY seq) FROM {} WHERE key = %s").format(chunks)
+        self.read_counted = sql.SQL(
+            "SELECT coalesce(string_agg(value, '' ORDER BY seq), ''), count(*) FROM {} WHERE key = %s"
+        ).format(chunks)
+        self.thread_version = sql.SQL("SELECT version FROM {} WHERE key = %s").format(threads)
+        self.append_if = sql.SQL(
+            "WITH bumped AS (UPDATE {threads} SET version = nextval({versions}) WHERE key = %s AND version = %s "
+            "RETURNING key, version) INSERT INTO {chunks} SELECT key, version, %s FROM bumped RETURNING seq"
+        ).format(threads=threads, versions=sql.Literal(versions.as_string(None)), chunks=chunks)
+        self.lock_thread = sql.SQL(
+            "INSERT INTO {t} AS t VALUES (%s, 0) ON CONFLICT (key) DO UPDATE SET version = t.version RETURNING version"
+        ).format(t=threads)
+        self.bump_and_insert = sql.SQL(
+            "WITH bumped AS (UPDATE {threads} SET version = nextval({versions}) WHERE key = %s "
+            "RETURNING key, version) INSERT INTO {chunks} SELECT key, version, %s FROM bumped RETURNING seq"
+        ).format(threads=threads, versions=sql.Literal(versions.as_string(None)), chunks=chunks)
+        self.delete_thread = sql.SQL("DELETE FROM {} WHERE key = %s").format(threads)
+        self.delete_chunks = sql.SQL("DELETE FROM {} WHERE key = %s").format(chunks)
+        self.keys = sql.SQL("SELECT key FROM {} WHERE version <> 0").format(threads)
 
 
 def _fetch(cursor: Any) -> Rows:
