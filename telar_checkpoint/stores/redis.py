@@ -1,24 +1,33 @@
-"""`RedisStore`: one Redis string per thread, updated by compare-and-set.
+"""`RedisStore`: one Redis string per thread, with a version beside it, updated by compare-and-set.
 
 A thread's value lives at ``prefix + "h:" + key`` where the key part is the
 raw UTF-8 bytes of the thread id (``surrogatepass``, so every id maps back),
-and ``prefix + "schema"`` records the store's schema version. Values are the
-exact UTF-8 bytes of the string. An update reads the value, runs the change,
-then a Lua script applies it only if the value is still the one read (same
-length and SHA-1), appending with ``APPEND`` when the new value extends the
-old; otherwise the update is retried. The client does not retry commands by
-itself: a dropped connection is a `StoreError` naming the server, the value
-stays as it was, and the pool reconnects on the next call. Async methods use
-``redis.asyncio``, with one client per event loop.
+and its version token at ``prefix + "v:" + key``: random bytes drawn anew by
+every write. ``prefix + "schema"`` records the store's schema version. Values
+are the exact UTF-8 bytes of the string. A version is (token, byte length of
+the value), read in one script call; `append_if` is a Lua script that checks
+both and then ``APPEND``s the suffix, so an append never reads or rewrites the
+history. An update reads the value and token (``MGET``), runs the change, then
+a Lua script applies it only if the token and length are still the ones read
+(and, for a value written before versions, its SHA-1), appending with
+``APPEND`` when the new value extends the old; otherwise the update is
+retried. The client does not retry commands by itself: a dropped connection is
+a `StoreError` naming the server, the value stays as it was, and the pool
+reconnects on the next call. Async methods use ``redis.asyncio``, with one
+client per event loop.
+
+Schema 1 had no version tokens: its values are read as they are, and get a
+token on their next update.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -40,26 +49,57 @@ try:  # redis>=7: with maintenance notifications on ("auto"), the asyncio pool s
 except ImportError:  # pragma: no cover - older redis
     _CLIENT_DEFAULTS = {}
 
-SCHEMA_VERSION = 1
-"""The layout of our keys; a prefix recording a newer one is refused."""
+SCHEMA_VERSION = 2
+"""The layout of our keys; 1 is read as it is, a prefix recording a newer one is refused."""
 
 MAX_ATTEMPTS = 1000
 """Compare-and-set attempts before an update gives up (each is lost only to another writer)."""
 
-# KEYS[1]: the value's key. ARGV: expected length (-1: absent), expected SHA-1, operation, payload.
-_COMPARE_AND_SET = """
-local current = redis.call('GET', KEYS[1])
-local expected = tonumber(ARGV[1])
-if expected < 0 then
-  if current then return 0 end
-elseif not current or #current ~= expected or redis.sha1hex(current) ~= ARGV[2] then
-  return 0
-end
-if ARGV[3] == 'append' then redis.call('APPEND', KEYS[1], ARGV[4])
-elseif ARGV[3] == 'set' then redis.call('SET', KEYS[1], ARGV[4])
-elseif ARGV[3] == 'del' then redis.call('DEL', KEYS[1]) end
-return 1
+Version = tuple[bytes, int]
+"""A value's token and its length in bytes."""
+
+# KEYS: value, token. Returns {token, length}, or nil when the value or its token is missing.
+_VERSION = """
+local token = redis.call('GET', KEYS[2])
+if not token or redis.call('EXISTS', KEYS[1]) == 0 then return false end
+return {token, redis.call('STRLEN', KEYS[1])}
 """
+
+# KEYS: value, token. ARGV: expected token, expected length, suffix, new token. Returns the new length, or nil.
+_APPEND_IF = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] or redis.call('EXISTS', KEYS[1]) == 0
+   or redis.call('STRLEN', KEYS[1]) ~= tonumber(ARGV[2]) then
+  return false
+end
+local length = redis.call('APPEND', KEYS[1], ARGV[3])
+redis.call('SET', KEYS[2], ARGV[4])
+return length
+"""
+
+# KEYS: value, token. ARGV: expected token ('' = none), expected length (-1: absent), expected SHA-1
+# ('' = unchecked), operation, payload, new token. Returns the new length (-1: deleted), or nil.
+_COMPARE_AND_SET = """
+if (redis.call('GET', KEYS[2]) or '') ~= ARGV[1] then return false end
+local expected = tonumber(ARGV[2])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if expected >= 0 then return false end
+elseif expected < 0 or redis.call('STRLEN', KEYS[1]) ~= expected then
+  return false
+elseif ARGV[3] ~= '' and redis.sha1hex(redis.call('GET', KEYS[1])) ~= ARGV[3] then
+  return false
+end
+if ARGV[4] == 'del' then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return -1
+end
+local length
+if ARGV[4] == 'append' then length = redis.call('APPEND', KEYS[1], ARGV[5])
+else redis.call('SET', KEYS[1], ARGV[5]); length = #ARGV[5] end
+redis.call('SET', KEYS[2], ARGV[6])
+return length
+"""
+
+_SCRIPTS = {"version": _VERSION, "append_if": _APPEND_IF, "compare_and_set": _COMPARE_AND_SET}
 
 
 def _encode(text: str) -> bytes:
@@ -79,16 +119,43 @@ def _glob_escape(raw: bytes) -> bytes:
     return b"".join(b"\\" + bytes([b]) if b in b"*?[]\\" else bytes([b]) for b in raw)
 
 
-def _plan(raw_old: bytes | None, old: str | None, new: str | None) -> list[Any] | None:
+def _token() -> bytes:
+    return os.urandom(8).hex().encode()
+
+
+def _plan(raw_old: bytes | None, token: bytes | None, old: str | None, new: str | None) -> list[Any] | None:
     """The compare-and-set arguments that turn `old` into `new`, or None when nothing changes."""
     if new == old:
         return None
-    expected = [-1, ""] if raw_old is None else [len(raw_old), hashlib.sha1(raw_old).hexdigest()]
+    if raw_old is None:
+        expected: list[Any] = [token or b"", -1, ""]
+    else:  # a value without a token (written before versions) is also compared by its SHA-1
+        expected = [token or b"", len(raw_old), "" if token else hashlib.sha1(raw_old).hexdigest()]
     if new is None:
-        return [*expected, "del", b""]
+        return [*expected, "del", b"", b""]
     if old is not None and new.startswith(old):
-        return [*expected, "append", _encode(new[len(old) :])]
-    return [*expected, "set", _encode(new)]
+        return [*expected, "append", _encode(new[len(old) :]), _token()]
+    return [*expected, "set", _encode(new), _token()]
+
+
+def _outcome(plan: list[Any], result: int) -> Version | None:
+    """The version that a compare-and-set of `plan` which returned `result` left."""
+    return None if result < 0 else (plan[-1], int(result))
+
+
+def _current(raw_old: bytes | None, token: bytes | None) -> Version | None:
+    return None if raw_old is None or token is None else (token, len(raw_old))
+
+
+def _version(reply: Any) -> Version | None:
+    return None if reply is None else (bytes(reply[0]), int(reply[1]))
+
+
+def _expected(version: Hashable) -> tuple[bytes, int] | None:
+    """`version` as (token, length) when it is one of ours, else None."""
+    if isinstance(version, tuple) and len(version) == 2 and isinstance(version[0], bytes) and isinstance(version[1], int):
+        return version
+    return None
 
 
 def _pause(attempt: int) -> None:
@@ -116,6 +183,7 @@ class RedisStore(Store):
         self.prefix = prefix
         self._prefix = _encode(prefix)
         self._values = self._prefix + b"h:"
+        self._tokens = self._prefix + b"v:"
         self._schema_key = self._prefix + b"schema"
         self._options: dict[str, Any] = {
             "socket_connect_timeout": connect_timeout,
@@ -128,7 +196,7 @@ class RedisStore(Store):
             self._client = redis.Redis.from_url(url, **self._options)
         except ValueError as exc:
             raise UsageError(f"not a Redis URL: {exc}") from exc
-        self._script = self._client.register_script(_COMPARE_AND_SET)
+        self._scripts = {name: self._client.register_script(source) for name, source in _SCRIPTS.items()}
         params = self._client.connection_pool.connection_kwargs
         self.server = params.get("path") or f"{params.get('host', 'localhost')}:{params.get('port', 6379)}"
         self._ready = False
@@ -137,6 +205,11 @@ class RedisStore(Store):
     def _raw_key(self, key: str) -> bytes:
         return self._values + _encode(key)
 
+    def _raw_keys_of(self, key: str) -> list[bytes]:
+        """The value's key and its token's key."""
+        raw = _encode(key)
+        return [self._values + raw, self._tokens + raw]
+
     @contextmanager
     def _errors(self) -> Iterator[None]:
         try:
@@ -144,7 +217,8 @@ class RedisStore(Store):
         except redis.RedisError as exc:
             raise StoreError(f"Redis server at {self.server}: {exc}") from exc
 
-    def _check_version(self, recorded: bytes | None) -> None:
+    def _check_version(self, recorded: bytes | None) -> list[Any] | None:
+        """Refuses a newer schema; the arguments of a SET that records ours over schema 1, if needed."""
         version = SCHEMA_VERSION if recorded is None else int(recorded)
         if version > SCHEMA_VERSION:
             raise StoreError(
@@ -152,10 +226,13 @@ class RedisStore(Store):
                 f"{version}, newer than this telar-checkpoint knows ({SCHEMA_VERSION}); upgrade telar-checkpoint"
             )
         self._ready = True
+        return [self._schema_key, SCHEMA_VERSION] if version < SCHEMA_VERSION else None
 
     def _setup(self) -> None:
         if not self._ready:
-            self._check_version(self._client.set(self._schema_key, SCHEMA_VERSION, nx=True, get=True))
+            upgrade = self._check_version(self._client.set(self._schema_key, SCHEMA_VERSION, nx=True, get=True))
+            if upgrade:
+                self._client.set(*upgrade)
 
     def schema_version(self) -> int:
         """The schema version recorded under the prefix."""
@@ -169,23 +246,42 @@ class RedisStore(Store):
         with self._errors():
             return _decode(self._client.get(self._raw_key(key)), key)
 
+    def version(self, key: str) -> Version | None:
+        with self._errors():
+            return _version(self._scripts["version"](keys=self._raw_keys_of(key)))
+
+    def append_if(self, key: str, suffix: str, version: Hashable) -> Version | None:
+        expected = _expected(version)
+        if expected is None:
+            return None
+        token = _token()
+        with self._errors():
+            length = self._scripts["append_if"](keys=self._raw_keys_of(key), args=[*expected, _encode(suffix), token])
+        return None if length is None else (token, int(length))
+
     def update(self, key: str, change: Change) -> str | None:
-        raw_key = self._raw_key(key)
+        return self.update_versioned(key, change)[0]
+
+    def update_versioned(self, key: str, change: Change) -> tuple[str | None, Version | None]:
+        keys = self._raw_keys_of(key)
         with self._errors():
             self._setup()
             for attempt in range(MAX_ATTEMPTS):
-                raw_old = self._client.get(raw_key)
+                raw_old, token = self._client.mget(keys)
                 old = _decode(raw_old, key)
                 new = change(old)
-                plan = _plan(raw_old, old, new)
-                if plan is None or self._script(keys=[raw_key], args=plan):
-                    return new
+                plan = _plan(raw_old, token, old, new)
+                if plan is None:
+                    return new, _current(raw_old, token)
+                result = self._scripts["compare_and_set"](keys=keys, args=plan)
+                if result is not None:
+                    return new, _outcome(plan, result)
                 _pause(attempt)
         raise StoreError(f"thread {key!r}: gave up after {MAX_ATTEMPTS} conflicting updates on {self.server}")
 
     def delete(self, key: str) -> None:
         with self._errors():
-            self._client.delete(self._raw_key(key))
+            self._client.delete(*self._raw_keys_of(key))
 
     def _raw_keys(self) -> list[bytes]:
         with self._errors():
@@ -201,6 +297,8 @@ class RedisStore(Store):
                     continue
                 except UnicodeDecodeError:
                     pass
+            elif raw.startswith(self._tokens) and _decodable(raw[len(self._tokens) :]):
+                continue
             if raw != self._schema_key:
                 others.append(raw.decode("utf-8", "backslashreplace"))
         return ours, sorted(others)
@@ -209,7 +307,7 @@ class RedisStore(Store):
         return iter(self._split(self._raw_keys())[0])
 
     def foreign(self) -> list[str]:
-        """Keys under the prefix that are neither our values nor our schema key."""
+        """Keys under the prefix that are neither our values, their tokens nor our schema key."""
         return self._split(self._raw_keys())[1]
 
     def close(self) -> None:
@@ -217,42 +315,65 @@ class RedisStore(Store):
 
     # Async: one client per event loop
 
-    def _async_client(self) -> tuple[Any, Any]:
+    def _async_client(self) -> tuple[Any, dict[str, Any]]:
         loop = asyncio.get_running_loop()
         if self._async is None or self._async[0] is not loop:
             client = redis.asyncio.Redis.from_url(self.url, **self._options)
-            self._async = (loop, client, client.register_script(_COMPARE_AND_SET))
+            self._async = (loop, client, {name: client.register_script(source) for name, source in _SCRIPTS.items()})
         return self._async[1], self._async[2]
 
     async def aread(self, key: str) -> str | None:
-        client, _script = self._async_client()
+        client, _scripts = self._async_client()
         with self._errors():
             return _decode(await client.get(self._raw_key(key)), key)
 
+    async def aversion(self, key: str) -> Version | None:
+        _client, scripts = self._async_client()
+        with self._errors():
+            return _version(await scripts["version"](keys=self._raw_keys_of(key)))
+
+    async def aappend_if(self, key: str, suffix: str, version: Hashable) -> Version | None:
+        expected = _expected(version)
+        if expected is None:
+            return None
+        _client, scripts = self._async_client()
+        token = _token()
+        with self._errors():
+            length = await scripts["append_if"](keys=self._raw_keys_of(key), args=[*expected, _encode(suffix), token])
+        return None if length is None else (token, int(length))
+
     async def aupdate(self, key: str, change: Change) -> str | None:
-        client, script = self._async_client()
-        raw_key = self._raw_key(key)
+        return (await self.aupdate_versioned(key, change))[0]
+
+    async def aupdate_versioned(self, key: str, change: Change) -> tuple[str | None, Version | None]:
+        client, scripts = self._async_client()
+        keys = self._raw_keys_of(key)
         with self._errors():
             if not self._ready:
-                self._check_version(await client.set(self._schema_key, SCHEMA_VERSION, nx=True, get=True))
+                upgrade = self._check_version(await client.set(self._schema_key, SCHEMA_VERSION, nx=True, get=True))
+                if upgrade:
+                    await client.set(*upgrade)
             for attempt in range(MAX_ATTEMPTS):
-                raw_old = await client.get(raw_key)
+                raw_old, token = await client.mget(keys)
                 old = _decode(raw_old, key)
                 new = change(old)
-                plan = _plan(raw_old, old, new)
-                if plan is None or await script(keys=[raw_key], args=plan):
-                    return new
+                plan = _plan(raw_old, token, old, new)
+                if plan is None:
+                    return new, _current(raw_old, token)
+                result = await scripts["compare_and_set"](keys=keys, args=plan)
+                if result is not None:
+                    return new, _outcome(plan, result)
                 if attempt > 2:
                     await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
         raise StoreError(f"thread {key!r}: gave up after {MAX_ATTEMPTS} conflicting updates on {self.server}")
 
     async def adelete(self, key: str) -> None:
-        client, _script = self._async_client()
+        client, _scripts = self._async_client()
         with self._errors():
-            await client.delete(self._raw_key(key))
+            await client.delete(*self._raw_keys_of(key))
 
     async def akeys(self) -> list[str]:
-        client, _script = self._async_client()
+        client, _scripts = self._async_client()
         with self._errors():
             raw = [k async for k in client.scan_iter(match=_glob_escape(self._prefix) + b"*", count=1000)]
         return self._split(raw)[0]
@@ -262,3 +383,11 @@ class RedisStore(Store):
         if held is not None and held[0] is asyncio.get_running_loop():
             await held[1].aclose()
         self.close()
+
+
+def _decodable(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return False
+    return True
