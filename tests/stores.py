@@ -162,3 +162,21 @@ def append_lines(description: tuple[str, dict[str, Any]], worker: int, count: in
             store.update("shared", lambda old, line=f"{worker}:{i}\n": (old or "") + line)
     finally:
         store.close()
+
+
+def append_if_lines(description: tuple[str, dict[str, Any]], worker: int, count: int) -> None:
+    """Append `count` lines ``worker:i:version`` to the key "shared" by `append_if`, each at the version
+    just read, retrying when another writer moved it (run in a child process, or a thread)."""
+    store = reopen(description)
+    try:
+        append_if_loop(store, worker, count)
+    finally:
+        store.close()
+
+
+def append_if_loop(store: Store, worker: int, count: int) -> None:
+    i = 0
+    while i < count:
+        version = store.version("shared")
+        if store.append_if("shared", f"{worker}:{i}:{version!r}\n", version) is not None:
+            i += 1

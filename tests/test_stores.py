@@ -26,6 +26,8 @@ from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from tests.stores import (
     LOCAL_KINDS,
+    append_if_lines,
+    append_if_loop,
     append_lines,
     describe,
     make_store,
@@ -141,7 +143,7 @@ def test_schema_version_recorded_and_newer_refused(store: Store) -> None:
     if isinstance(store, (MemoryStore, FileStore)):
         pytest.skip(f"a {store.kind} store has no schema of its own")
     store.write("t", "v")
-    assert store.schema_version() == 1  # type: ignore[attr-defined]
+    assert store.schema_version() == 2  # type: ignore[attr-defined]
     kind, options = describe(store)
     if kind == "sqlite":
         with sqlite3.connect(options["path"]) as conn:
@@ -156,6 +158,54 @@ def test_schema_version_recorded_and_newer_refused(store: Store) -> None:
             newer.update("t", append("x"))
     finally:
         newer.close()
+
+
+SCHEMA_1 = {"t": "one\ntwo\n", "nul\x00key": "é🧵\n", "empty": ""}
+
+
+def write_schema_1(store: Store) -> None:
+    """The layout of schema 1 (one value per thread, no versions), written by hand where `store` will look."""
+    kind, options = describe(store)
+    if kind == "sqlite":
+        with sqlite3.connect(options["path"]) as conn:
+            conn.execute("CREATE TABLE telar_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute("CREATE TABLE telar_histories (key BLOB PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute("INSERT INTO telar_meta VALUES ('schema_version', '1')")
+            for key, value in SCHEMA_1.items():
+                conn.execute("INSERT INTO telar_histories VALUES (?, CAST(? AS TEXT))", (key.encode(), value.encode()))
+        conn.close()
+    elif kind == "postgres":
+        schema = options["schema"]
+        postgres_admin(f'CREATE SCHEMA "{schema}"')
+        postgres_admin(f'CREATE TABLE "{schema}".telar_meta (name text PRIMARY KEY, value text NOT NULL)')
+        postgres_admin(f'CREATE TABLE "{schema}".telar_histories (key bytea PRIMARY KEY, value text)')
+        postgres_admin(f"INSERT INTO \"{schema}\".telar_meta VALUES ('schema_version', '1')")
+        for key, value in SCHEMA_1.items():
+            postgres_admin(f'INSERT INTO "{schema}".telar_histories VALUES (%s, %s)', (key.encode(), value))
+    else:
+        client = redis_admin()
+        client.set(options["prefix"] + "schema", 1)
+        for key, value in SCHEMA_1.items():
+            client.set(options["prefix"].encode() + b"h:" + key.encode(), value.encode())
+        client.close()
+
+
+def test_schema_1_is_migrated(store: Store) -> None:
+    if isinstance(store, (MemoryStore, FileStore)):
+        pytest.skip(f"a {store.kind} store has no schema of its own")
+    write_schema_1(store)
+    old = reopen(describe(store))
+    try:
+        old.update("t", append("three\n"))
+        assert old.schema_version() == 2  # type: ignore[attr-defined]
+        assert {key: old.read(key) for key in old.keys()} == {**SCHEMA_1, "t": "one\ntwo\nthree\n"}
+        assert old.foreign() == []
+        for key in SCHEMA_1:
+            version = old.update_versioned(key, append("more\n"))[1]
+            assert version is not None and old.append_if(key, "last\n", version) == old.version(key)
+            assert old.read(key) == SCHEMA_1[key] + ("three\n" if key == "t" else "") + "more\nlast\n"
+    finally:
+        old.close()
 
 
 # --- Concurrency ---
@@ -190,6 +240,129 @@ def assert_all_lines(value: str | None, *, workers: int, count: int) -> None:
     assert len(lines) == workers * count
     for worker in range(workers):
         assert [line for line in lines if line.startswith(f"{worker}:")] == [f"{worker}:{i}" for i in range(count)]
+
+
+# --- Versions: what the saver's fast path relies on ---
+
+
+def test_version_changes_with_every_write(store: Store) -> None:
+    assert store.version("t") is None
+    seen = []
+    for change in (lambda old: "one\n", append("two\n"), lambda old: "other\n", lambda old: ""):
+        new, version = store.update_versioned("t", change)
+        assert new == store.read("t") and version is not None and version == store.version("t")
+        seen.append(version)
+    seen.append(store.append_if("t", "x\n", seen[-1]))
+    assert seen[-1] == store.version("t") and store.read("t") == "x\n"
+    store.delete("t")
+    assert store.version("t") is None
+    store.write("t", "x\n")  # the same value again, after a delete: still a new version
+    seen.append(store.version("t"))
+    assert None not in seen and len(set(seen)) == len(seen)
+
+
+def test_a_no_op_update_reports_the_version_too(store: Store) -> None:
+    store.update_versioned("t", lambda old: "v\n")
+    new, version = store.update_versioned("t", lambda old: old)
+    assert new == "v\n" and version is not None and store.version("t") == version
+    assert store.update_versioned("t", lambda old: None) == (None, None) and store.version("t") is None
+    assert store.update_versioned("never", lambda old: None) == (None, None) and list(store.keys()) == []
+
+
+def test_append_if_refuses_a_stale_version_and_writes_nothing(store: Store) -> None:
+    assert store.append_if("absent", "x", None) is None
+    _new, first = store.update_versioned("t", lambda old: "one\n")
+    second = store.append_if("t", "two\n", first)
+    assert second is not None and second != first and second == store.version("t")
+    assert store.append_if("t", "stale\n", first) is None
+    assert store.append_if("t", "garbage\n", ("not", "a", "version")) is None
+    assert store.read("t") == "one\ntwo\n" and store.version("t") == second
+    store.delete("t")
+    assert store.append_if("t", "after delete\n", second) is None
+    assert store.read("t") is None and list(store.keys()) == []
+    store.write("t", "one\ntwo\n")
+    assert store.append_if("t", "recreated\n", second) is None
+    assert store.read("t") == "one\ntwo\n"
+
+
+def test_another_store_object_sees_every_write(store: Store) -> None:
+    if isinstance(store, MemoryStore):
+        pytest.skip("a memory store cannot be opened twice")
+    other = reopen(describe(store))
+    try:
+        _new, version = store.update_versioned("t", lambda old: "one\n")
+        assert other.version("t") == version
+        moved = other.append_if("t", "two\n", version)
+        assert store.version("t") == moved != version
+        assert store.append_if("t", "lost\n", version) is None
+        assert store.read("t") == other.read("t") == "one\ntwo\n"
+        other.write("t", "rewritten\n")
+        assert store.version("t") not in (version, moved) and store.read("t") == "rewritten\n"
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize("value", VALUES + ["lone \ud800 high", "nul \x00 char"], ids=range(len(VALUES) + 2))
+def test_append_if_stores_exactly_or_refuses(store: Store, value: str) -> None:
+    _new, version = store.update_versioned("t", lambda old: "head\n")
+    try:
+        moved = store.append_if("t", value, version)
+    except StoreError:
+        assert store.read("t") == "head\n" and store.version("t") == version
+    else:
+        assert moved == store.version("t") and store.read("t") == "head\n" + value
+
+
+def test_threads_racing_append_if_one_winner_per_version(store: Store) -> None:
+    store.write("shared", "")
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(lambda worker: append_if_loop(store, worker, 30), range(6)))
+    assert_one_winner_per_version(store.read("shared"), workers=6, count=30)
+
+
+def test_processes_racing_append_if_one_winner_per_version(store: Store) -> None:
+    if isinstance(store, MemoryStore):
+        pytest.skip("a memory store lives in one process")
+    store.write("shared", "")
+    spawn = multiprocessing.get_context("spawn")
+    workers = [spawn.Process(target=append_if_lines, args=(describe(store), w, 50)) for w in range(4)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(timeout=240)
+    assert [process.exitcode for process in workers] == [0] * 4
+    assert_one_winner_per_version(store.read("shared"), workers=4, count=50)
+
+
+def assert_one_winner_per_version(value: str | None, *, workers: int, count: int) -> None:
+    """Every worker's lines are there once, in order, and no two appended at the same version."""
+    lines = (value or "").splitlines()
+    assert_all_lines("".join(line.rsplit(":", 1)[0] + "\n" for line in lines), workers=workers, count=count)
+    versions = [line.split(":", 2)[2] for line in lines]
+    assert len(set(versions)) == len(versions)
+
+
+async def test_async_versions(astore: Store) -> None:
+    assert await astore.aversion("t") is None
+    new, version = await astore.aupdate_versioned("t", lambda old: "one\n")
+    assert new == "one\n" and version is not None and version == await astore.aversion("t")
+    assert version == astore.version("t")
+    moved = await astore.aappend_if("t", "two\n", version)
+    assert moved is not None and moved != version and moved == await astore.aversion("t")
+    assert await astore.aappend_if("t", "stale\n", version) is None
+    assert await astore.aread("t") == "one\ntwo\n"
+    assert await astore.aupdate_versioned("t", lambda old: None) == (None, None)
+    assert await astore.aversion("t") is None and await astore.aappend_if("t", "x", moved) is None
+
+
+async def test_async_racing_append_if_one_winner(astore: Store) -> None:
+    _new, version = await astore.aupdate_versioned("t", lambda old: "")
+    for round_ in range(5):
+        results = await asyncio.gather(*(astore.aappend_if("t", f"{round_}:{w}\n", version) for w in range(6)))
+        winners = [result for result in results if result is not None]
+        assert len(winners) == 1 and winners[0] == await astore.aversion("t")
+        version = winners[0]
+    assert len((await astore.aread("t") or "").splitlines()) == 5
 
 
 # --- Async twins ---
