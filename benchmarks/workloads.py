@@ -38,7 +38,7 @@ class Settings:
     durability: str = "sync"  # of every invoke: the checkpoint is written before invoke returns
     micro_rounds: int = 200  # workload 2
     scale_levels: tuple[int, ...] = (10, 100, 1000, 5000)  # workload 3
-    scale_repeats: int = 7
+    scale_repeats: int = 15
     max_history: int = 20
     workers: int = 8  # workload 5
     worker_turns: int = 20
