@@ -134,7 +134,7 @@ class PostgresStore(Store):
 
     def _read_steps(self, key: str) -> Steps:
         rows = yield self._sql.read, (_key(key),)
-        return rows[0][0]
+        return "".join(row[0] for row in rows) if rows else None
 
     def _version_of_steps(self, key: str) -> Steps:
         rows = yield self._sql.thread_version, (_key(key),)
@@ -153,8 +153,8 @@ class PostgresStore(Store):
         version: int | None = rows[0][0] or None
         old, chunks = None, 0
         if version is not None:
-            rows = yield self._sql.read_counted, (raw_key,)
-            old, chunks = rows[0]
+            rows = yield self._sql.read, (raw_key,)
+            old, chunks = "".join(row[0] for row in rows), len(rows)
         new = change(old)
         if new is None:
             yield self._sql.delete_chunks, (raw_key,)
@@ -351,10 +351,7 @@ class _Queries:
             ),
         ]
         self.version = sql.SQL("SELECT value FROM {} WHERE name = 'schema_version'").format(meta)
-        self.read = sql.SQL("SELECT string_agg(value, '' ORDER BY seq) FROM {} WHERE key = %s").format(chunks)
-        self.read_counted = sql.SQL(
-            "SELECT coalesce(string_agg(value, '' ORDER BY seq), ''), count(*) FROM {} WHERE key = %s"
-        ).format(chunks)
+        self.read = sql.SQL("SELECT value FROM {} WHERE key = %s ORDER BY seq").format(chunks)
         self.thread_version = sql.SQL("SELECT version FROM {} WHERE key = %s").format(threads)
         self.append_if = sql.SQL(
             "WITH bumped AS (UPDATE {threads} SET version = nextval({versions}) WHERE key = %s AND version = %s "
