@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import statistics
 import sys
 import threading
@@ -230,6 +231,10 @@ def scaling(contenders: list[Contender], settings: Settings) -> dict[str, Any]:
             _, seconds = timed(lambda: _grow(s, level, lines, ids, mh))
             if seconds > 5:
                 log(f"  scaling: built {s.contender.name} ({s.variant}) to {level} checkpoints in {seconds:.0f} s")
+        # Building leaves megabytes of dirty pages (SqliteSaver builds with synchronous=OFF); flush them
+        # now, or every fsync measured next waits for that writeback (seen as ~4 ms on fsyncing savers).
+        os.sync()
+        time.sleep(0.5)
         for r in range(settings.scale_repeats):
             for s in rotated(scaled, r):
                 us = samples.setdefault(s.contender.name, {}).setdefault(s.variant, {}).setdefault(
