@@ -313,7 +313,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
             self.store.write(str(target_thread_id), text)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        _check_strategy(strategy)
+        strategy = _check_strategy(strategy)
         for thread_id in thread_ids:
             if strategy == "delete":
                 self.store.delete(str(thread_id))
@@ -374,7 +374,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
             await self.store.awrite(str(target_thread_id), text)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        _check_strategy(strategy)
+        strategy = _check_strategy(strategy)
         for thread_id in thread_ids:
             if strategy == "delete":
                 await self.store.adelete(str(thread_id))
@@ -401,9 +401,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         return int(current) + 1
 
 
-def _check_strategy(strategy: str) -> None:
+def _check_strategy(strategy: str) -> str:
+    """The strategy, with LangGraph server's spelling "delete_all" read as "delete"."""
+    if strategy == "delete_all":
+        return "delete"
     if strategy not in ("keep_latest", "delete"):
         raise UsageError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
+    return strategy
 
 
 class _SaverContext:

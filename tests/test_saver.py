@@ -99,6 +99,13 @@ def test_dropped_checkpoints_raise_and_unknown_ids_return_none(store) -> None:
     assert saver.get_tuple(config("never")) is None
 
 
+async def test_prune_takes_the_servers_delete_all(store) -> None:
+    saver = TelarSaver(store)
+    saver.put(config(), empty_checkpoint(), {"source": "input", "step": -1, "parents": {}}, {})
+    await saver.aprune(["t"], strategy="delete_all")
+    assert saver.get_tuple(config()) is None
+
+
 @pytest.mark.parametrize("bad", [0, -3, "5"])
 def test_bad_arguments_are_usage_errors(bad) -> None:
     with pytest.raises(UsageError, match="max_history"):
