@@ -64,7 +64,9 @@ class Entry:
                 entry = entry.base
                 if channel in entry._full:
                     break
-            full = list(entry._full.get(channel) or entry.line.values[channel])
+            # Only the newest entry of a chain keeps its whole list: memory stays O(state), not O(history).
+            cached = entry._full.pop(channel, None)
+            full = list(entry.line.values[channel] if cached is None else cached)
             for link in reversed(chain):
                 full.extend(link.line.appended[channel])
             self._full[channel] = full
@@ -191,6 +193,12 @@ class History:
                     f"appends to lists of checkpoint {line.parent}, which is not stored before it",
                     thread_id=self.thread_id, line=number,
                 )
+            for channel in line.appended:
+                if not (channel in base.line.appended or isinstance(base.line.values.get(channel), list)):
+                    raise CorruptLineError(
+                        f"appends to channel {channel!r} of checkpoint {line.parent}, which holds no list there",
+                        thread_id=self.thread_id, line=number,
+                    )
         if old is not None:
             self._make_whole(lambda e: (e.line.ns, e.base.line.id) == key)  # its children extended what it held
         self.entries[key] = Entry(line, old.writes if old else self.orphans.pop(key, {}), base)

@@ -399,3 +399,12 @@ def test_an_appended_line_without_its_base_is_refused() -> None:
     text = build(grow(1, None, ["a"]), grow(2, 1, ["a", "b"]))
     with pytest.raises(CorruptLineError, match="line 1: appends to lists of checkpoint 00000001"):
         codec.decode_history("t", text.split("\n", 1)[1])
+
+
+def test_an_appended_channel_its_base_does_not_hold_is_refused() -> None:
+    text = build(grow(1, None, ["a"]), grow(2, 1, ["a", "b"]))
+    lines = text.splitlines()
+    second = orjson.loads(lines[1])
+    second["appended"] = {"other": ["x"]}
+    with pytest.raises(CorruptLineError, match="line 2: appends to channel 'other' of checkpoint 00000001"):
+        codec.decode_history("t", lines[0] + "\n" + orjson.dumps(second).decode() + "\n")
