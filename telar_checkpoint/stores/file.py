@@ -12,6 +12,7 @@ owner-only (0600 / 0700) unless `mode` says otherwise.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import threading
@@ -22,19 +23,25 @@ from urllib.parse import unquote_to_bytes
 
 from filelock import FileLock
 
-from telar_checkpoint.errors import StoreError
+from telar_checkpoint.errors import ForeignDataError, StoreError
 from telar_checkpoint.stores.base import Change, Store
 
 SUFFIX = ".jsonl"
 _SEGMENT = 200  # characters of an encoded name per path component
+_LONG = 1000  # an encoded name longer than this is stored under its hash, in _LONG_DIR
+_LONG_DIR = "~long"  # "~" is never in an encoded name, so these never collide with one
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _LOCKS = ".locks"
 _TMP = ".tmp"
 
 
 def encode_name(key: str) -> str:
-    """The relative path that holds `key` (reversible with `decode_name`)."""
-    encoded = "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in key.encode("utf-8", "surrogatepass"))
+    """The relative path that holds `key` (reversible with `decode_name`, or for a very long
+    key through the `.key` file beside it)."""
+    raw = key.encode("utf-8", "surrogatepass")
+    encoded = "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in raw)
+    if len(encoded) > _LONG:  # whole paths are limited (PATH_MAX): name it by its hash
+        return f"{_LONG_DIR}/{hashlib.sha256(raw).hexdigest()}{SUFFIX}"
     parts = [encoded[i : i + _SEGMENT] for i in range(0, len(encoded), _SEGMENT)] or [""]
     return "/".join([p + ".d" for p in parts[:-1]] + [parts[-1] + SUFFIX])
 
@@ -53,6 +60,22 @@ def decode_name(relative: str) -> str | None:
 
 
 _Signature = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
+
+
+def _text(key: str, data: bytes) -> str:
+    """The file's text. Bad UTF-8 in an unterminated last line is a torn append (a crash
+    mid-write cut a character): kept as replacement characters, for readers to drop."""
+    try:
+        return data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        end = data.rfind(b"\n") + 1
+        if exc.start < end:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise ForeignDataError(
+                f"not UTF-8 text (byte {exc.start}); not written by telar-checkpoint, or damaged",
+                thread_id=key, line=line,
+            ) from None
+        return data[:end].decode("utf-8", "surrogatepass") + data[end:].decode("utf-8", "replace")
 
 
 class FileStore(Store):
@@ -129,11 +152,12 @@ class FileStore(Store):
         if cached is not None and cached[0] == signature:
             return cached[1]
         try:
-            with open(path, encoding="utf-8", errors="surrogatepass", newline="") as f:
+            with open(path, "rb") as f:
                 signature = self._signature_of(f.fileno())
-                text = f.read()
+                data = f.read()
         except FileNotFoundError:
             return None
+        text = _text(key, data)
         self._texts[key] = (signature, text)
         return text
 
@@ -181,10 +205,12 @@ class FileStore(Store):
             self._remove(key)
 
     def _remove(self, key: str) -> None:
-        try:
-            self.path(key).unlink()
-        except FileNotFoundError:
-            pass
+        path = self.path(key)
+        for doomed in (path, path.with_suffix(".key")) if path.parent.name == _LONG_DIR else (path,):
+            try:
+                doomed.unlink()
+            except FileNotFoundError:
+                pass
 
     def _append(self, key: str, text: str) -> None:
         with open(self.path(key), "a", encoding="utf-8", errors="surrogatepass", newline="") as f:
@@ -196,6 +222,11 @@ class FileStore(Store):
     def _replace(self, key: str, text: str) -> None:
         target = self.path(key)
         self._mkdir(target.parent)
+        if target.parent.name == _LONG_DIR and not target.with_suffix(".key").exists():
+            self._write_atomic(target.with_suffix(".key"), key)
+        self._write_atomic(target, text)
+
+    def _write_atomic(self, target: Path, text: str) -> None:
         tmp_dir = self.directory / _TMP
         self._mkdir(tmp_dir)
         fd, tmp = tempfile.mkstemp(dir=tmp_dir, suffix=".part")
@@ -228,7 +259,20 @@ class FileStore(Store):
                 rel_root = ""
             for name in files:
                 relative = f"{rel_root}/{name}" if rel_root else name
-                yield relative, decode_name(relative)
+                if rel_root == _LONG_DIR:
+                    if name.endswith(".key"):
+                        continue
+                    yield relative, self._long_key(relative)
+                else:
+                    yield relative, decode_name(relative)
+
+    def _long_key(self, relative: str) -> str | None:
+        """The key of a file named by its hash, from the `.key` file beside it."""
+        try:
+            key = (self.directory / relative).with_suffix(".key").read_bytes().decode("utf-8", "surrogatepass")
+        except (OSError, UnicodeDecodeError):
+            return None
+        return key if encode_name(key) == relative else None
 
     def keys(self) -> Iterator[str]:
         for _relative, key in self._walk():
