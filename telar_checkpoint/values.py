@@ -10,6 +10,7 @@ readable. Any other LangGraph `SerializerProtocol` (`JsonPlusSerializer`,
 from __future__ import annotations
 
 import base64
+import binascii
 from typing import Any, Protocol, runtime_checkable
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -49,7 +50,11 @@ class ValueCodec:
             tagged = data[SERDE_TAG]
             if not (isinstance(tagged, list) and len(tagged) == 2 and all(isinstance(x, str) for x in tagged)):
                 raise SerializationError(f"malformed {SERDE_TAG} value: {tagged!r:.80}")
-            return self.serde.loads_typed((tagged[0], base64.b64decode(tagged[1])))
+            try:
+                data = base64.b64decode(tagged[1], validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise SerializationError(f"malformed base64 in a {SERDE_TAG} value: {exc}") from None
+            return self.serde.loads_typed((tagged[0], data))
         if self._json is not None:
             return self._json.from_jsonable(data)
         if data is None or isinstance(data, (str, int, float, bool)):

@@ -86,7 +86,7 @@ def _any_dict(payload: Any, dec: Decode, tag: str) -> dict[Any, Any]:
 def _b64(payload: Any, tag: str) -> bytes:
     try:
         return base64.b64decode(want(payload, str, tag), validate=True)
-    except binascii.Error as exc:
+    except (binascii.Error, ValueError) as exc:  # ValueError: text that is not ASCII
         raise bad(tag, str(exc)) from None
 
 
