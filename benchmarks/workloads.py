@@ -195,88 +195,87 @@ SCALE_OPS = ("put", "put_writes", "get_tuple")
 
 @dataclass
 class _Scaled:
-    """One thread being measured at growing lengths: a contender, unbounded or with max_history."""
+    """One thread measured at one length: a contender, unbounded or with max_history."""
 
     contender: Contender
     variant: str  # "unbounded" or "max_history=N"
     saver: Any
     chain: Chain
+    level: int
 
 
 def scaling(contenders: list[Contender], settings: Settings) -> dict[str, Any]:
     """put, put_writes and get_tuple on threads of each length in `scale_levels`.
 
-    TelarSaver threads are written whole from codec-encoded lines (a fresh thread per
-    length; with max_history the text is trimmed as N puts would leave it). Other
-    savers' threads grow by real puts (SqliteSaver's with ``synchronous=OFF`` while
-    building, to save time). Each length then gets `scale_repeats` interleaved rounds.
+    Every (saver, length) pair has a thread of its own, all built first, so the
+    rounds interleave lengths as well as savers: a burst of noise (a neighbour's
+    fsyncs, say) lands on every length alike. TelarSaver threads are written whole
+    from codec-encoded lines (with max_history, trimmed as N puts would leave them);
+    other savers' threads grow by real puts (SqliteSaver's with ``synchronous=OFF``
+    while building, to save time).
     """
     levels = sorted(settings.scale_levels)
     mh = settings.max_history
-    variant_mh = f"max_history={mh}"
-    lines: list[str] = []
-    ids: list[str] = []
     scaled: list[_Scaled] = []
     for c in contenders:
-        scaled.append(_Scaled(c, "unbounded", c.saver, Chain(c.saver, "scale")))
-        if c.is_telar:
-            saver = c.telar(mh)
-            scaled.append(_Scaled(c, variant_mh, saver, Chain(saver, "scale-mh")))
+        variants = [("unbounded", c.saver)] + ([(f"max_history={mh}", c.telar(mh))] if c.is_telar else [])
+        for tag, (variant, saver) in enumerate(variants):
+            for level in levels:
+                scaled.append(_Scaled(c, variant, saver, Chain(saver, f"scale-{tag}-{level}"), level))
+    lines: list[str] = []
+    ids: list[str] = []
     telar = [s for s in scaled if s.contender.is_telar]
     if telar:
         lines, ids = telar_lines(telar[0].saver.codec, levels[-1])
+    for s in scaled:
+        _, seconds = timed(lambda: _grow(s, lines, ids, mh))
+        if seconds > 5:
+            log(f"  scaling: built {s.contender.name} ({s.variant}) to {s.level} checkpoints in {seconds:.0f} s")
+    # Building leaves megabytes of dirty pages (SqliteSaver builds with synchronous=OFF): flush them
+    # first, or the fsyncs measured next wait for that writeback.
+    os.sync()
+    time.sleep(0.5)
+    log(f"  scaling: built {len(scaled)} threads")
     samples: dict[str, dict[str, dict[int, dict[str, list[float]]]]] = {}
-    for level in levels:
-        for s in scaled:
-            _, seconds = timed(lambda: _grow(s, level, lines, ids, mh))
-            if seconds > 5:
-                log(f"  scaling: built {s.contender.name} ({s.variant}) to {level} checkpoints in {seconds:.0f} s")
-        # Building leaves megabytes of dirty pages (SqliteSaver builds with synchronous=OFF); flush them
-        # now, or every fsync measured next waits for that writeback (seen as ~4 ms on fsyncing savers).
-        os.sync()
-        time.sleep(0.5)
-        for r in range(settings.scale_repeats):
-            for s in rotated(scaled, r):
-                us = samples.setdefault(s.contender.name, {}).setdefault(s.variant, {}).setdefault(
-                    level, {op: [] for op in SCALE_OPS}
-                )
-                config, checkpoint, metadata, versions = s.chain.next(small_values(len(s.chain.ids)))
-                stored, seconds = timed(lambda: s.saver.put(config, checkpoint, metadata, versions))
-                us["put"].append(seconds * 1e6)
-                s.chain.done(stored, versions)
-                _, seconds = timed(lambda: s.saver.put_writes(stored, [("step", r)], f"task-{r}"))
-                us["put_writes"].append(seconds * 1e6)
-                _, seconds = timed(lambda: s.saver.get_tuple(thread_config(s.chain.thread_id)))
-                us["get_tuple"].append(seconds * 1e6)
-        log(f"  scaling: {level} checkpoints measured")
+    for r in range(settings.scale_repeats):
+        for s in rotated(scaled, r):
+            us = samples.setdefault(s.contender.name, {}).setdefault(s.variant, {}).setdefault(
+                s.level, {op: [] for op in SCALE_OPS}
+            )
+            config, checkpoint, metadata, versions = s.chain.next(small_values(len(s.chain.ids)))
+            stored, seconds = timed(lambda: s.saver.put(config, checkpoint, metadata, versions))
+            us["put"].append(seconds * 1e6)
+            s.chain.done(stored, versions)
+            _, seconds = timed(lambda: s.saver.put_writes(stored, [("step", r)], f"task-{r}"))
+            us["put_writes"].append(seconds * 1e6)
+            _, seconds = timed(lambda: s.saver.get_tuple(thread_config(s.chain.thread_id)))
+            us["get_tuple"].append(seconds * 1e6)
     return {
         name: {
-            variant: {str(level): {op: summary(v) for op, v in ops.items()} for level, ops in by_level.items()}
+            variant: {str(level): {op: summary(v) for op, v in ops.items()} for level, ops in sorted(by_level.items())}
             for variant, by_level in variants.items()
         }
         for name, variants in samples.items()
     }
 
 
-def _grow(s: _Scaled, level: int, lines: list[str], ids: list[str], max_history: int) -> None:
-    """Bring the thread of `s` to `level` checkpoints."""
+def _grow(s: _Scaled, lines: list[str], ids: list[str], max_history: int) -> None:
+    """Bring the thread of `s` to `s.level` checkpoints."""
     c = s.contender
     if c.is_telar:
-        thread = f"{'scale' if s.variant == 'unbounded' else 'scale-mh'}-{level}"
-        text = "".join(lines[:level])
+        text = "".join(lines[: s.level])
         if s.variant != "unbounded":
             text = s.saver.codec.trim(text, max_history)
         assert c.store is not None
-        c.store.write(thread, text)
-        s.chain.thread_id = thread
-        s.chain.ids = list(ids[:level])
-        s.chain.versions = {"step": level, "note": level}
+        c.store.write(s.chain.thread_id, text)
+        s.chain.ids = list(ids[: s.level])
+        s.chain.versions = {"step": s.level, "note": s.level}
         return
     conn = getattr(c.saver, "conn", None) if c.name == "SqliteSaver" else None
     if conn is not None:
         conn.execute("PRAGMA synchronous = OFF")
     try:
-        while len(s.chain.ids) < level:
+        while len(s.chain.ids) < s.level:
             s.chain.put(small_values(len(s.chain.ids)))
     finally:
         if conn is not None:
