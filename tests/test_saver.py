@@ -134,3 +134,18 @@ def test_prune_counts_as_trimming_and_delete_for_runs_reads_as_absent(store) -> 
     saver.delete_for_runs([run_id])
     assert all(saver.get_tuple(c) is None for c in doomed)
     assert [p.code for p in verify_thread("t", store.read("t")) if p.severity == "error"] == []
+
+
+def test_editing_projections_changes_nothing_the_saver_returns(store) -> None:
+    import orjson
+
+    saver = TelarSaver(store)
+    multi_step().compile(checkpointer=saver).invoke({"log": [], "count": 0}, config())
+    before = list(saver.list(config()))
+    lines = [orjson.loads(line) for line in store.read("t").splitlines()]
+    for line in lines:
+        if line["kind"] == "checkpoint":
+            line["step"], line["source"] = 999, "fork"
+    store.write("t", "".join(orjson.dumps(line).decode() + "\n" for line in lines))
+    after = list(TelarSaver(store).list(config()))
+    assert after == before and after[0].metadata["source"] == "loop"
