@@ -44,11 +44,6 @@ def zygote() -> Iterator[Zygote]:
     process.close()
 
 
-FILE_TORN_UTF8 = (
-    "bug: FileStore.read decodes with errors='surrogatepass', so a kill that tears an append inside a "
-    "multi-byte character leaves a file whose every read raises UnicodeDecodeError: the torn tail is "
-    "never dropped and the thread cannot be read or resumed (see test_a_tear_inside_a_multibyte_character)"
-)
 RUNS = [(kind, mode) for kind in ("file", "sqlite", "postgres", "redis") for mode in ("graph", "raw")]
 
 
@@ -56,8 +51,6 @@ RUNS = [(kind, mode) for kind in ("file", "sqlite", "postgres", "redis") for mod
 def test_killed_writers_lose_nothing(
     kind: str, mode: str, zygote: Zygote, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    if (kind, mode) == ("file", "raw"):  # a race: fails when a kill lands inside a multi-byte character
-        request.applymarker(pytest.mark.xfail(strict=False, reason=FILE_TORN_UTF8))
     store = make_store(kind, tmp_path, request)
     kills = KILLS if kind in ("file", "sqlite") else SERVER_KILLS
     report = CrashRun(describe(store), mode, seed=SEED).run(kills, zygote)
@@ -114,22 +107,23 @@ def test_every_cut_of_the_last_append_is_a_torn_tail_that_is_dropped(tmp_path: P
         assert values["total"] == values["count"] * (values["count"] + 1) // 2
 
 
-@pytest.mark.xfail(strict=True, reason=FILE_TORN_UTF8)
 def test_a_tear_inside_a_multibyte_character_is_a_torn_tail(tmp_path: Path) -> None:
-    """The crash the harness found, made certain: the last append cut between the bytes of "中"."""
+    """The crash the harness found (bug, fixed in 0af9e55), made certain: a line cut between the bytes of "中"."""
     store = FileStore(tmp_path / "store", fsync=False)
-    saver = TelarSaver(store)
-    graph = counter_graph().compile(checkpointer=saver)
+    graph = counter_graph().compile(checkpointer=TelarSaver(store))
     config = {"configurable": {"thread_id": "t"}}
     graph.invoke({"marks": ["中文"]}, config)
     data = store.path("t").read_bytes()
-    before = data[: data.rindex(b"\n", 0, len(data) - 1) + 1]
-    last = data[len(before) :]
-    assert "中".encode() in last
-    cut = last.index("中".encode()) + 1  # inside the character
-    store.path("t").write_bytes(before + last[:cut])
+    cut = data.rindex("中".encode()) + 1  # inside the character
+    before = data[: data.rindex(b"\n", 0, cut) + 1]
+    store.path("t").write_bytes(data[:cut])
     history = History.parse("t", store.read("t"))
     assert history.torn is not None
+    assert history.entries.keys() == History.parse("t", before.decode()).entries.keys()
+    resumed = TelarSaver(FileStore(tmp_path / "store", fsync=False))
+    graph = counter_graph().compile(checkpointer=resumed)
     state = graph.get_state(config)
     graph.invoke(None if state.next else {"marks": []}, config)
     assert History.parse("t", store.read("t")).torn is None
+    values = graph.get_state(config).values
+    assert values["total"] == values["count"] * (values["count"] + 1) // 2

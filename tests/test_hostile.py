@@ -41,10 +41,6 @@ POSTGRES_LONG_KEY = (
     "bug: PostgresStore keeps the thread id as a bytea primary key, whose btree entry is limited to "
     "8191 bytes: a 10,000-character non-ASCII thread id is refused (StoreError: index row requires ... bytes)"
 )
-FILE_LONG_KEY = (
-    "bug: FileStore cuts a long thread id into 200-character directories, but the whole path still "
-    "exceeds PATH_MAX: a 10,000-character id raises a bare OSError [Errno 36] File name too long"
-)
 
 
 def put(saver: TelarSaver, thread: str, ns: str, cid: str, value: Any = None) -> dict[str, Any]:
@@ -111,8 +107,6 @@ def assert_redis_keys_under_prefix(store: Store, threads: list[str]) -> None:
 
 @pytest.mark.parametrize("long_id", [LONG_ASCII, LONG_TEXT], ids=["10k ASCII", "10k non-ASCII"])
 def test_long_thread_ids_round_trip_exactly(store: Store, long_id: str, request: pytest.FixtureRequest) -> None:
-    if isinstance(store, FileStore):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=FILE_LONG_KEY))
     if store.kind == "postgres" and long_id == LONG_TEXT:
         request.applymarker(pytest.mark.xfail(strict=True, reason=POSTGRES_LONG_KEY))
     saver = TelarSaver(store)
@@ -321,11 +315,6 @@ def test_hand_edited_garbage_is_a_clear_error_for_that_thread_only(store: Store)
 
 def test_hand_edited_invalid_utf8_is_a_clear_error(store: Store, request: pytest.FixtureRequest) -> None:
     """Bytes that are not UTF-8, written below the store API, read as a StoredDataError naming the thread."""
-    if isinstance(store, FileStore):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "bug: FileStore.read decodes with errors='surrogatepass', so a file holding invalid UTF-8 "
-            "raises a bare UnicodeDecodeError, not a StoredDataError naming the thread"
-        )))  # fmt: skip
     saver = TelarSaver(store)
     put(saver, "good", "", "1")
     put(saver, "bad", "", "1")
