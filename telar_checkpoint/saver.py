@@ -22,7 +22,7 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
     PendingWrite,
     get_checkpoint_id,
-    get_serializable_checkpoint_metadata,
+    EXCLUDED_METADATA_KEYS,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -227,7 +227,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
     def _record(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata) -> tuple[str, CheckpointRecord]:
         thread_id, ns = _thread_and_ns(config)
         parent = get_checkpoint_id(config)
-        meta = get_serializable_checkpoint_metadata(config, metadata)
+        meta = _metadata(config, metadata)
         return thread_id, CheckpointRecord(checkpoint, meta, ns, parent)
 
     def _writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]]) -> tuple[str, str, str, list[tuple[int, str, Any]]]:
@@ -399,6 +399,22 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         if isinstance(current, str):
             return f"{int(current.split('.')[0]) + 1:032}.{0:016}"
         return int(current) + 1
+
+
+def _metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:
+    """The metadata to store: LangGraph's, plus the plain values of the config's `metadata` and
+    `configurable` it does not already have (as LangGraph's savers do), without "writes".
+
+    Unlike LangGraph's helper, NUL characters are kept: we store what we are given.
+    """
+    merged: dict[str, Any] = {k: v for k, v in metadata.items() if k != "writes"}
+    for source in (config.get("metadata"), config.get("configurable")):
+        for key, value in (source or {}).items():
+            if key in merged or key in EXCLUDED_METADATA_KEYS or key.startswith("__"):
+                continue
+            if isinstance(value, (str, int, bool, float)):
+                merged[key] = value
+    return merged
 
 
 def _check_strategy(strategy: str) -> str:

@@ -143,11 +143,6 @@ def test_filters_with_metacharacters_match_only_what_they_name(store: Store) -> 
     assert sorted(store.keys()) == sorted(f"t{n}" for n in range(len(METACHARACTERS)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: TelarSaver.put builds metadata with LangGraph's get_checkpoint_metadata, which deletes NUL "
-    "characters from string values: metadata {'tag': 'a\\x00b'} is stored as {'tag': 'ab'} (a lossy write)",
-)
 def test_metadata_with_nul_is_stored_exactly_or_refused(store: Store) -> None:
     saver = TelarSaver(store)
     try:

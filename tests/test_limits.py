@@ -104,12 +104,6 @@ def test_file_store_mode_is_honoured(tmp_path: Path, umask: int) -> None:
     assert_modes(tmp_path / "shared", 0o640, 0o750, umask)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: FileStore._mkdir uses Path.mkdir(mode=..., parents=True), and Python creates the missing "
-    "parents with the umask's default mode: for a thread id over 400 characters, the outer '.d' directory "
-    "is 0755 (0777 under umask 000), not 0700",
-)
 def test_file_store_nested_directories_of_long_ids_are_owner_only(tmp_path: Path, umask: int) -> None:
     use(TelarSaver(FileStore(tmp_path / "store")), threads=("x" * 450,))
     assert sum(p.endswith(".d") for p in modes(tmp_path / "store")) == 2

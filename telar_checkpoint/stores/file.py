@@ -101,10 +101,20 @@ class FileStore(Store):
         self._guard = threading.Lock()
 
     def _mkdir(self, path: Path) -> None:
+        """Create `path` and any missing parents, each with the store's mode (mkdir's
+        `parents=True` would give the parents the umask's)."""
         try:
-            path.mkdir(mode=self.dir_mode, parents=True, exist_ok=True)
+            missing = []
+            while not path.exists():
+                missing.append(path)
+                path = path.parent
+            for directory in reversed(missing):
+                try:
+                    directory.mkdir(mode=self.dir_mode)
+                except FileExistsError:
+                    pass
         except OSError as exc:
-            raise StoreError(f"cannot create the store directory {path}: {exc}") from exc
+            raise StoreError(f"cannot create the store directory {exc.filename or path}: {exc}") from exc
 
     def path(self, key: str) -> Path:
         """The file that holds `key`."""
