@@ -37,10 +37,6 @@ SHORT = [
 HOSTILE = [*SHORT, LONG_ASCII, LONG_TEXT]
 CHECKPOINT_IDS = [i for i in HOSTILE if i]  # an empty checkpoint id means "the latest" to LangGraph
 NAMESPACES = ["", "a/b:../..|c", "nul\x00ns", "new\nline:ns", "тред:中🧵", "x" * 10_000]
-POSTGRES_LONG_KEY = (
-    "bug: PostgresStore keeps the thread id as a bytea primary key, whose btree entry is limited to "
-    "8191 bytes: a 10,000-character non-ASCII thread id is refused (StoreError: index row requires ... bytes)"
-)
 
 
 def put(saver: TelarSaver, thread: str, ns: str, cid: str, value: Any = None) -> dict[str, Any]:
@@ -106,9 +102,7 @@ def assert_redis_keys_under_prefix(store: Store, threads: list[str]) -> None:
 
 
 @pytest.mark.parametrize("long_id", [LONG_ASCII, LONG_TEXT], ids=["10k ASCII", "10k non-ASCII"])
-def test_long_thread_ids_round_trip_exactly(store: Store, long_id: str, request: pytest.FixtureRequest) -> None:
-    if store.kind == "postgres" and long_id == LONG_TEXT:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=POSTGRES_LONG_KEY))
+def test_long_thread_ids_round_trip_exactly(store: Store, long_id: str) -> None:
     saver = TelarSaver(store)
     saved = put(saver, long_id, LONG_ASCII, long_id[::-1])
     got = saver.get_tuple(saved)

@@ -26,6 +26,7 @@ that receives each step's rows; a sync and an async driver run it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import threading
 from collections.abc import Callable, Generator, Hashable, Iterator
@@ -53,8 +54,18 @@ Rows = list[tuple[Any, ...]]
 Steps = Generator[tuple[sql.Composable, tuple[Any, ...]], Rows, Any]
 
 
+LONG_KEY = 1024  # bytes; a longer key is indexed by its hash (b"\xff" + sha256, never UTF-8)
+
+
 def _key(key: str) -> bytes:
-    return key.encode("utf-8", "surrogatepass")
+    raw = key.encode("utf-8", "surrogatepass")
+    return raw if len(raw) <= LONG_KEY else b"\xff" + hashlib.sha256(raw).digest()
+
+
+def _full_key(key: str) -> bytes | None:
+    """The key itself when the row is indexed by its hash (btree entries are limited in size)."""
+    raw = key.encode("utf-8", "surrogatepass")
+    return raw if len(raw) > LONG_KEY else None
 
 
 def _storable(text: str, key: str) -> str:
@@ -149,7 +160,7 @@ class PostgresStore(Store):
     def _update_steps(self, key: str, change: Change) -> Steps:
         """Runs in a transaction: the upsert locks the thread row (version 0: a placeholder, never committed)."""
         raw_key = _key(key)
-        rows = yield self._sql.lock_thread, (raw_key,)
+        rows = yield self._sql.lock_thread, (raw_key, _full_key(key))
         version: int | None = rows[0][0] or None
         old, chunks = None, 0
         if version is not None:
@@ -330,7 +341,10 @@ class _Queries:
         self.setup += [
             sql.SQL("CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, value text NOT NULL)").format(meta),
             sql.SQL("CREATE SEQUENCE IF NOT EXISTS {}").format(versions),
-            sql.SQL("CREATE TABLE IF NOT EXISTS {} (key bytea PRIMARY KEY, version bigint NOT NULL)").format(threads),
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (key bytea PRIMARY KEY, version bigint NOT NULL, full_key bytea)"
+            ).format(threads),
+            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS full_key bytea").format(threads),
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} (key bytea NOT NULL, seq bigint NOT NULL, value text NOT NULL, "
                 "PRIMARY KEY (key, seq))"
@@ -341,7 +355,7 @@ class _Queries:
         self.record_version = sql.SQL(record).format(meta, sql.Literal(str(SCHEMA_VERSION)))
         self.record_v1 = sql.SQL(record).format(meta, sql.Literal("1"))
         self.migrate_v1 = [
-            sql.SQL("INSERT INTO {} SELECT key, nextval({}) FROM {} WHERE value IS NOT NULL").format(
+            sql.SQL("INSERT INTO {} (key, version) SELECT key, nextval({}) FROM {} WHERE value IS NOT NULL").format(
                 threads, sql.Literal(versions.as_string(None)), v1
             ),
             sql.SQL("INSERT INTO {} SELECT key, version, value FROM {} JOIN {} USING (key)").format(chunks, threads, v1),
@@ -358,7 +372,7 @@ class _Queries:
             "RETURNING key, version) INSERT INTO {chunks} SELECT key, version, %s FROM bumped RETURNING seq"
         ).format(threads=threads, versions=sql.Literal(versions.as_string(None)), chunks=chunks)
         self.lock_thread = sql.SQL(
-            "INSERT INTO {t} AS t VALUES (%s, 0) ON CONFLICT (key) DO UPDATE SET version = t.version RETURNING version"
+            "INSERT INTO {t} AS t VALUES (%s, 0, %s) ON CONFLICT (key) DO UPDATE SET version = t.version RETURNING version"
         ).format(t=threads)
         self.bump_and_insert = sql.SQL(
             "WITH bumped AS (UPDATE {threads} SET version = nextval({versions}) WHERE key = %s "
@@ -366,7 +380,7 @@ class _Queries:
         ).format(threads=threads, versions=sql.Literal(versions.as_string(None)), chunks=chunks)
         self.delete_thread = sql.SQL("DELETE FROM {} WHERE key = %s").format(threads)
         self.delete_chunks = sql.SQL("DELETE FROM {} WHERE key = %s").format(chunks)
-        self.keys = sql.SQL("SELECT key FROM {} WHERE version <> 0").format(threads)
+        self.keys = sql.SQL("SELECT coalesce(full_key, key) FROM {} WHERE version <> 0").format(threads)
 
 
 def _fetch(cursor: Any) -> Rows:
