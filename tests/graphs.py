@@ -146,3 +146,14 @@ async def ahistory_summary(graph: Any, config: dict) -> list[tuple]:
 
 def resume(value: Any) -> Command:
     return Command(resume=value)
+
+
+def path_to_head(history: list) -> list:
+    """The snapshots on the parent chain of the newest one (what a thread keeps of its branches)."""
+    by_id = {s.config["configurable"]["checkpoint_id"]: s for s in history}
+    path, cursor = [], history[0]
+    while cursor is not None:
+        path.append(cursor)
+        parent = cursor.parent_config
+        cursor = by_id.get(parent["configurable"]["checkpoint_id"]) if parent else None
+    return path

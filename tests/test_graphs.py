@@ -13,6 +13,7 @@ from tests.graphs import (
     multi_step,
     nested_subgraphs,
     normalize,
+    path_to_head,
     resume,
     summary,
     with_interrupt,
@@ -149,7 +150,7 @@ async def test_time_travel_replaces_the_abandoned_branch(savers, api) -> None:
     (ref_out, ref_state, ref_hist, _), (out, state, hist, abandoned) = await both(savers, multi_step, scenario)
     assert (out, state) == (ref_out, ref_state)
     # InMemorySaver keeps both branches; ours keeps the path that led to the current state.
-    ref_path = _path_to_head(ref_hist)
+    ref_path = path_to_head(ref_hist)
     assert [summary(s) for s in hist] == [summary(s) for s in ref_path]
     assert len(ref_hist) == len(hist) + len(abandoned)
     graph = multi_step().compile(checkpointer=savers[1])
@@ -170,18 +171,7 @@ async def test_update_state_on_an_old_checkpoint(savers, api) -> None:
     (ref_done, ref_state, ref_hist, ref_before), (done, state, hist, before) = await both(savers, multi_step, scenario)
     assert (done, state, before) == (ref_done, ref_state, ref_before)
     assert done["log"] == ["a", "edited", "b", "c"]
-    assert [summary(s) for s in hist] == [summary(s) for s in _path_to_head(ref_hist)]
-
-
-def _path_to_head(history: list) -> list:
-    """The snapshots on the parent chain of the newest one (what TelarSaver keeps)."""
-    by_id = {s.config["configurable"]["checkpoint_id"]: s for s in history}
-    path, cursor = [], history[0]
-    while cursor is not None:
-        path.append(cursor)
-        parent = cursor.parent_config
-        cursor = by_id.get(parent["configurable"]["checkpoint_id"]) if parent else None
-    return path
+    assert [summary(s) for s in hist] == [summary(s) for s in path_to_head(ref_hist)]
 
 
 class Boom(Exception):

@@ -24,7 +24,7 @@ from telar_checkpoint.migrate import MigrationReport, export_thread, import_thre
 from telar_checkpoint.migrate._report import ALREADY, BRANCH, SUBGRAPH, TRIMMED
 from telar_checkpoint.stores import FileStore
 from telar_checkpoint.stores.sqlite import SQLiteStore
-from tests.graphs import fan_out, multi_step, nested_subgraphs, resume, summary, with_interrupt
+from tests.graphs import fan_out, multi_step, nested_subgraphs, path_to_head, resume, summary, with_interrupt
 from tests.stores import POSTGRES_URL, make_store, postgres_admin, require_server
 
 # --- sources: real savers, filled by real graphs -------------------------------------------
@@ -108,17 +108,6 @@ def source(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseCheck
 
 
 # --- what must match -----------------------------------------------------------------------
-
-
-def path_to_head(history: list) -> list:
-    """The snapshots on the parent chain of the newest one (what a thread keeps of its branches)."""
-    by_id = {s.config["configurable"]["checkpoint_id"]: s for s in history}
-    path, cursor = [], history[0]
-    while cursor is not None:
-        path.append(cursor)
-        parent = cursor.parent_config
-        cursor = by_id.get(parent["configurable"]["checkpoint_id"]) if parent else None
-    return path
 
 
 def tuples(saver: BaseCheckpointSaver, thread: str) -> dict[tuple[str, str], Any]:
