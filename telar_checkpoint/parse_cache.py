@@ -90,6 +90,11 @@ class VersionedHistories:
             self._items.move_to_end(thread_id)
             return cached[1]
 
+    def latest(self, thread_id: str) -> tuple[Hashable, History] | None:
+        """The last (version, history) kept for the thread, current or not."""
+        with self._lock:
+            return self._items.get(thread_id)
+
     def keep(self, thread_id: str, version: Hashable | None, history: History) -> None:
         if version is None or self.size <= 0:
             return

@@ -145,41 +145,41 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         text = await self.store.aread(thread_id)
         return self._parsed(thread_id, version, text, await self.store.aversion(thread_id) if version is not None else None)
 
-    def _fast_lines(self, thread_id: str, version: Hashable | None, make_lines: Any) -> tuple[History, str] | None:
-        """The change as lines to append to the cached history, or None to take the slow path."""
-        cached = self._histories.get(thread_id, version)
+    def _fast_lines(self, thread_id: str, make_lines: Any) -> tuple[Hashable, History, str] | None:
+        """The change as lines to append to the last history kept, with the version it needs,
+        or None to take the slow path. Nothing is asked of the store: `append_if` only
+        appends if the store is still at that version, so a stale history costs a retry."""
+        cached = self._histories.latest(thread_id)
         if cached is None:
             return None
-        history = cached.clone()
+        version, history = cached[0], cached[1].clone()
         lines = make_lines(history)
-        return None if lines is None else (history, "".join(line + "\n" for line in lines))
+        return None if lines is None else (version, history, "".join(line + "\n" for line in lines))
 
     def _after_update(self, thread_id: str, new: str | None, version: Hashable | None) -> None:
         if new is not None and version is not None:
             self._histories.keep(thread_id, version, self.codec.parse(thread_id, new))
 
     def _write(self, thread_id: str, make_lines: Any, change: Any) -> None:
-        """Append the change's lines when the cached history is current, else update whole."""
-        version = self.store.version(thread_id)
-        fast = self._fast_lines(thread_id, version, make_lines)
+        """Append the change's lines when the kept history is current, else update whole."""
+        fast = self._fast_lines(thread_id, make_lines)
         if fast is not None:
-            history, suffix = fast
-            if not suffix:
+            version, history, suffix = fast
+            if not suffix and self.store.version(thread_id) == version:
                 return
-            new_version = self.store.append_if(thread_id, suffix, version)
+            new_version = self.store.append_if(thread_id, suffix, version) if suffix else None
             if new_version is not None:
                 self._histories.keep(thread_id, new_version, history)
                 return
         self._after_update(thread_id, *self.store.update_versioned(thread_id, change))
 
     async def _awrite(self, thread_id: str, make_lines: Any, change: Any) -> None:
-        version = await self.store.aversion(thread_id)
-        fast = self._fast_lines(thread_id, version, make_lines)
+        fast = self._fast_lines(thread_id, make_lines)
         if fast is not None:
-            history, suffix = fast
-            if not suffix:
+            version, history, suffix = fast
+            if not suffix and await self.store.aversion(thread_id) == version:
                 return
-            new_version = await self.store.aappend_if(thread_id, suffix, version)
+            new_version = await self.store.aappend_if(thread_id, suffix, version) if suffix else None
             if new_version is not None:
                 self._histories.keep(thread_id, new_version, history)
                 return

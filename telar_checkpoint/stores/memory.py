@@ -9,18 +9,31 @@ from telar_checkpoint.stores.base import Change, Store
 
 
 class MemoryStore(Store):
-    """Keeps every history in a dict guarded by a lock; nothing survives the process."""
+    """Keeps every history in a dict guarded by a lock; nothing survives the process.
+
+    A value is kept as the list of pieces appended to it, joined when read, so an
+    append costs the size of what it adds, not of the whole value.
+    """
 
     kind = "memory"
 
     def __init__(self) -> None:
-        self._data: dict[str, str] = {}
+        self._data: dict[str, list[str]] = {}
         self._versions: dict[str, int] = {}
         self._clock = 0
         self._lock = threading.Lock()
 
     def read(self, key: str) -> str | None:
-        return self._data.get(key)
+        with self._lock:
+            return self._joined(key)
+
+    def _joined(self, key: str) -> str | None:
+        pieces = self._data.get(key)
+        if pieces is None:
+            return None
+        if len(pieces) > 1:
+            pieces[:] = ["".join(pieces)]
+        return pieces[0]
 
     def _set(self, key: str, value: str | None) -> int:
         self._clock += 1
@@ -28,7 +41,7 @@ class MemoryStore(Store):
             self._data.pop(key, None)
             self._versions.pop(key, None)
         else:
-            self._data[key] = value
+            self._data[key] = [value]
             self._versions[key] = self._clock
         return self._clock
 
@@ -37,7 +50,7 @@ class MemoryStore(Store):
 
     def update_versioned(self, key: str, change: Change) -> tuple[str | None, int | None]:
         with self._lock:
-            new = change(self._data.get(key))
+            new = change(self._joined(key))
             version = self._set(key, new)
             return new, version if new is not None else None
 
@@ -48,7 +61,10 @@ class MemoryStore(Store):
         with self._lock:
             if key not in self._data or self._versions.get(key) != version:
                 return None
-            return self._set(key, self._data[key] + suffix)
+            self._data[key].append(suffix)
+            self._clock += 1
+            self._versions[key] = self._clock
+            return self._clock
 
     def delete(self, key: str) -> None:
         with self._lock:
