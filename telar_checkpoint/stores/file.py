@@ -62,6 +62,17 @@ def decode_name(relative: str) -> str | None:
 _Signature = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
 
 
+class _Syncs:
+    """Group commit for one file: appends are counted under the lock, and one fsync after
+    it covers every append made before it started, so writers do not wait in line for
+    each other's fsync."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.written = 0  # appends finished (counted under the thread's lock)
+        self.synced = 0  # appends known to be on disk
+
+
 def _text(key: str, data: bytes) -> str:
     """The file's text. Bad UTF-8 in an unterminated last line is a torn append (a crash
     mid-write cut a character): kept as replacement characters, for readers to drop."""
@@ -98,6 +109,7 @@ class FileStore(Store):
         self._mkdir(self.directory)
         self._texts: dict[str, tuple[_Signature, str]] = {}
         self._thread_locks: dict[str, tuple[threading.Lock, FileLock]] = {}
+        self._syncs: dict[str, _Syncs] = {}
         self._guard = threading.Lock()
 
     def _mkdir(self, path: Path) -> None:
@@ -132,6 +144,7 @@ class FileStore(Store):
                 # One FileLock per key, used under the threading lock by one thread at a time.
                 file_lock = FileLock(str(locks / (name + ".lock")), mode=self.mode, thread_local=False)
                 pair = self._thread_locks[key] = (threading.Lock(), file_lock)
+                self._syncs[key] = _Syncs()
         local, file_lock = pair
         with local:
             try:
@@ -180,6 +193,7 @@ class FileStore(Store):
         return self.update_versioned(key, change)[0]
 
     def update_versioned(self, key: str, change: Change) -> tuple[str | None, _Signature | None]:
+        ticket = 0
         with self._lock(key):
             old = self.read(key)
             self._texts.pop(key, None)  # re-read after a failed write
@@ -190,13 +204,14 @@ class FileStore(Store):
                 return None, None
             if old is not None and new.startswith(old):
                 if len(new) > len(old):
-                    self._append(key, new[len(old) :])
+                    ticket = self._append(key, new[len(old) :])
             else:
                 self._replace(key, new)
             signature = self._signature(self.path(key))
             if signature is not None:
                 self._texts[key] = (signature, new)
-            return new, signature
+        self._sync(key, ticket)
+        return new, signature
 
     def version(self, key: str) -> _Signature | None:
         return self._signature(self.path(key))
@@ -206,8 +221,10 @@ class FileStore(Store):
             if version is None or self._signature(self.path(key)) != version:
                 return None
             self._texts.pop(key, None)
-            self._append(key, suffix)
-            return self._signature(self.path(key))
+            ticket = self._append(key, suffix)
+            signature = self._signature(self.path(key))
+        self._sync(key, ticket)
+        return signature
 
     def delete(self, key: str) -> None:
         with self._lock(key):
@@ -222,12 +239,37 @@ class FileStore(Store):
             except FileNotFoundError:
                 pass
 
-    def _append(self, key: str, text: str) -> None:
-        with open(self.path(key), "a", encoding="utf-8", errors="surrogatepass", newline="") as f:
-            f.write(text)
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
+    def _append(self, key: str, text: str) -> int:
+        """Append under the thread's lock; the ticket to pass to `_sync` once the lock is released."""
+        data = memoryview(text.encode("utf-8", "surrogatepass"))
+        fd = os.open(self.path(key), os.O_WRONLY | os.O_APPEND)
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+        finally:
+            os.close(fd)
+        syncs = self._syncs[key]
+        syncs.written += 1
+        return syncs.written
+
+    def _sync(self, key: str, ticket: int) -> None:
+        """Return once append `ticket` is on disk: one fsync serves every append made before it."""
+        if not self.fsync or not ticket:
+            return
+        syncs = self._syncs[key]
+        with syncs.lock:
+            if syncs.synced >= ticket:
+                return
+            target = syncs.written
+            try:
+                fd = os.open(self.path(key), os.O_RDONLY)
+            except FileNotFoundError:  # deleted since: nothing of it to keep
+                return
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            syncs.synced = target
 
     def _replace(self, key: str, text: str) -> None:
         target = self.path(key)
