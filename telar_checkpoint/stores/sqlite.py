@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -124,8 +125,7 @@ class SQLiteStore(Store):
             conn.text_factory = bytes
             if conn.execute("PRAGMA encoding").fetchone()[0] != b"UTF-8":
                 raise StoreError(f"SQLite database {self.path} is not UTF-8 encoded; use a new file")
-            if conn.execute("PRAGMA journal_mode").fetchone()[0] != b"wal":
-                conn.execute("PRAGMA journal_mode = WAL")
+            self._use_wal(conn)
             conn.execute(f"PRAGMA synchronous = {'FULL' if self.fsync else 'NORMAL'}")
             if not self._ready:
                 self._setup(conn)
@@ -133,6 +133,20 @@ class SQLiteStore(Store):
             conn.close()
             raise
         return conn
+
+    def _use_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch to WAL. SQLite's busy timeout does not cover this switch: connections opening a
+        new file at once get "database is locked", so wait and retry, within the store's timeout."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] != b"wal":
+                    conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
 
     def _setup(self, conn: sqlite3.Connection) -> None:
         with self._transaction(conn):
