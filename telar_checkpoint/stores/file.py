@@ -16,6 +16,7 @@ import hashlib
 import os
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +31,7 @@ SUFFIX = ".jsonl"
 _SEGMENT = 200  # characters of an encoded name per path component
 _LONG = 1000  # an encoded name longer than this is stored under its hash, in _LONG_DIR
 _LONG_DIR = "~long"  # "~" is never in an encoded name, so these never collide with one
+TEXTS_KEPT = 32  # files whose last text is kept, to answer a read with one stat
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _LOCKS = ".locks"
 _TMP = ".tmp"
@@ -107,7 +109,7 @@ class FileStore(Store):
         self.dir_mode = mode | ((mode & 0o444) >> 2)  # x wherever r: 0600 -> 0700
         self.fsync = fsync
         self._mkdir(self.directory)
-        self._texts: dict[str, tuple[_Signature, str]] = {}
+        self._texts: OrderedDict[str, tuple[_Signature, str]] = OrderedDict()  # the last texts, by thread
         self._thread_locks: dict[str, tuple[threading.Lock, FileLock]] = {}
         self._syncs: dict[str, _Syncs] = {}
         self._guard = threading.Lock()
@@ -181,8 +183,14 @@ class FileStore(Store):
         except FileNotFoundError:
             return None
         text = _text(key, data)
-        self._texts[key] = (signature, text)
+        self._remember(key, signature, text)
         return text
+
+    def _remember(self, key: str, signature: _Signature, text: str) -> None:
+        self._texts[key] = (signature, text)
+        self._texts.move_to_end(key)
+        while len(self._texts) > TEXTS_KEPT:
+            self._texts.popitem(last=False)
 
     @staticmethod
     def _signature_of(fd: int) -> _Signature:
@@ -209,7 +217,7 @@ class FileStore(Store):
                 self._replace(key, new)
             signature = self._signature(self.path(key))
             if signature is not None:
-                self._texts[key] = (signature, new)
+                self._remember(key, signature, new)
         self._sync(key, ticket)
         return new, signature
 
