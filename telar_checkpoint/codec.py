@@ -145,7 +145,7 @@ class CheckpointCodec:
     def put_lines(self, history: History, record: CheckpointRecord, max_history: int | None = None) -> list[str] | None:
         """Put `record` into `history` (an editable clone); the lines to append to its string,
         or None when the string must be rewritten whole (`history.render()`)."""
-        _check_max_history(max_history)
+        check_max_history(max_history)
         line = self._line(record, history)
         rewrite = history.put(line, self._writes_of(record))
         if max_history is not None:
@@ -207,7 +207,7 @@ class CheckpointCodec:
 
     def trim(self, stored: str | None, max_history: int) -> str:
         """`stored` cut to its last `max_history` checkpoints (see `append`)."""
-        _check_max_history(max_history)
+        check_max_history(max_history)
         history = History.parse(None, stored)
         return history.render() if history.trim(max_history) or history.torn else stored or ""
 
@@ -260,6 +260,7 @@ def _appended(values: dict[str, Any], parent: Entry) -> dict[str, list[Any]]:
     return appended
 
 
-def _check_max_history(max_history: int | None) -> None:
+def check_max_history(max_history: int | None) -> None:
+    """Refuse a history depth that is not a positive integer (None: unbounded)."""
     if max_history is not None and (not isinstance(max_history, int) or max_history < 1):
         raise UsageError(f"max_history must be a positive integer or None, not {max_history!r}")

@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord
+from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord, check_max_history
 from telar_checkpoint.errors import UsageError
 from telar_checkpoint.history import Entry, History
 from telar_checkpoint.parse_cache import VersionedHistories
@@ -65,11 +65,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         max_history: int | None = None,
         serde: SerializerProtocol | None = None,
     ) -> None:
+        check_max_history(max_history)
         serde = serde or JsonSerializer()
         super().__init__(serde=serde)
         self.store: Store = store if isinstance(store, Store) else FileStore(store or DEFAULT_DIRECTORY)
-        if max_history is not None and (not isinstance(max_history, int) or max_history < 1):
-            raise UsageError(f"max_history must be a positive integer or None, not {max_history!r}")
         self.max_history = max_history
         self.codec = CheckpointCodec(serde)
         self._histories = VersionedHistories()
