@@ -103,8 +103,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         serde = derive(extra_allowlist)
         if serde is self.codec.values.serde:
             return self
-        clone = TelarSaver(self.store, max_history=self.max_history, serde=serde)
-        return clone
+        return type(self)(self.store, max_history=self.max_history, serde=serde)
 
     # --- pure pieces, shared by the sync and async methods ------------------------
 
