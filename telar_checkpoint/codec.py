@@ -214,7 +214,7 @@ class CheckpointCodec:
     def remove_runs(self, stored: str | None, run_ids: set[str]) -> str | None:
         """`stored` without the checkpoints (and writes) of the given runs; None when nothing is left."""
         history = History.parse(None, stored)
-        doomed = {k for k, e in history.entries.items() if e.line.metadata.get("run_id") in run_ids}
+        doomed = {k for k, e in history.entries.items() if _run_id(e) in run_ids}
         if not doomed:
             return stored
         history.remove(doomed)
@@ -236,6 +236,11 @@ class CheckpointCodec:
         if entry is None and (reason := history.dropped_reason(checkpoint_ns, checkpoint_id)):
             raise CheckpointDroppedError(thread_id, checkpoint_ns, checkpoint_id, reason)
         return entry
+
+
+def _run_id(entry: Entry) -> str | None:
+    run_id = entry.line.metadata.get("run_id")
+    return run_id if isinstance(run_id, str) else None
 
 
 def _appended(values: dict[str, Any], parent: Entry) -> dict[str, list[Any]]:

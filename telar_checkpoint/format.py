@@ -162,8 +162,14 @@ class _Fields:
 def _read_checkpoint(f: _Fields, ns: str) -> CheckpointLine:
     metadata = f.get("metadata", dict)
     if ns:
-        parents = f.get("parents", dict)
-        metadata = {**metadata, "parents": parents}
+        metadata = {**metadata, "parents": f.get("parents", dict)}
+    # The fields the history's rules read must have their types: a namespace -> id map, and
+    # DeltaChannel counters keyed by channel.
+    parents = metadata.get("parents", {})
+    if not (isinstance(parents, dict) and all(isinstance(v, str) for v in parents.values())):
+        raise f.fail("'parents' should map namespaces to checkpoint ids")
+    if not isinstance(metadata.get("counters_since_delta_snapshot", {}), dict):
+        raise f.fail("metadata 'counters_since_delta_snapshot' should be an object")
     checkpoint = f.get("checkpoint", dict)
     if not isinstance(checkpoint.get("channel_versions", {}), dict):
         raise f.fail("checkpoint.channel_versions should be an object")

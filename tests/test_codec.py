@@ -408,3 +408,26 @@ def test_an_appended_channel_its_base_does_not_hold_is_refused() -> None:
     second["appended"] = {"other": ["x"]}
     with pytest.raises(CorruptLineError, match="line 2: appends to channel 'other' of checkpoint 00000001"):
         codec.decode_history("t", lines[0] + "\n" + orjson.dumps(second).decode() + "\n")
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("parents", {"": ["not", "an", "id"]}), ("parents", [1]), ("counters_since_delta_snapshot", [["msgs", 1]])],
+)
+def test_rule_fields_of_the_wrong_type_are_corrupt_lines(field, value) -> None:
+    """Found by fuzzing: a v2 'parents' holding a list made trimming raise TypeError."""
+    sub = orjson.loads(build(record(1, None, 0), record(2, None, 0, ns="child:a", root=1)).splitlines()[1])
+    if field == "parents":
+        sub["parents"] = value
+    else:
+        sub["metadata"][field] = value
+    text = build(record(1, None, 0)) + orjson.dumps(sub).decode() + "\n"
+    with pytest.raises(CorruptLineError, match="thread 't', line 2"):
+        codec.decode_history("t", text)
+    with pytest.raises(CorruptLineError):
+        codec.append(text, record(3, 1, 1), 1)
+
+
+def test_remove_runs_ignores_a_run_id_that_is_not_text() -> None:
+    text = build(record(1, None, 0, metadata={"run_id": ["x"]}), record(2, 1, 1, metadata={"run_id": "r"}))
+    assert ids(codec.remove_runs(text, {"r"})) == ["00000001"]
