@@ -305,3 +305,8 @@ def test_a_50_mb_line_is_refused_quickly_in_bounded_memory(shape: str) -> None:
         # 12-13x for a 50 MB line. The bound is a multiple of the input, whatever the input holds.
         assert peak < 16 * len(text), f"{name} on {shape}: peak {peak / MB:.0f} MB for {len(text) / MB:.0f} MB"
         PEAKS[shape] = max(PEAKS.get(shape, 0.0), round(peak / len(text), 1))
+
+
+def test_a_zone_that_does_not_exist_is_our_error() -> None:
+    """Found by a longer fuzz run: {"$zoneinfo": "0"} escaped as ZoneInfoNotFoundError."""
+    exercise(with_value({"$zoneinfo": "0"}), "unknown zone")

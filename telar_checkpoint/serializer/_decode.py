@@ -216,7 +216,12 @@ def make_decoder(allowlist: Allowlist) -> Decode:
     def _tagged(tag: str, payload: Any) -> Any:
         decode = TAGS.get(tag)
         if decode is not None:
-            return decode(payload, dec)
+            try:
+                return decode(payload, dec)
+            except SerializationError:
+                raise
+            except Exception as exc:  # the type refused the payload (a zone that does not exist, ...)
+                raise SerializationError(f"stored value {tag} could not be rebuilt: {exc!r:.200}") from exc
         decode_class = CLASS_TAGS.get(tag)
         if decode_class is not None:
             return decode_class(payload, dec, allowlist)
