@@ -5,10 +5,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from telar_checkpoint.stores import Store
 from tests.stores import STORE_KINDS, make_store
+
+# --- Hypothesis: CI replays the same examples every run (a red CI must be reproducible);
+# explore new ones locally, or with TELAR_FUZZ_EXAMPLES for a longer run. ---
+
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI") == "true":
+    settings.load_profile("ci")
+
 
 # --- Stores: every kind, each test in a space of its own (see tests/stores.py) ---
 
