@@ -11,7 +11,7 @@ import pytest
 from hypothesis import settings
 
 from telar_checkpoint.stores import Store
-from tests.stores import STORE_KINDS, make_store
+from tests.stores import SHARED_KINDS, STORE_KINDS, make_store
 
 # --- Hypothesis: CI replays the same examples every run (a red CI must be reproducible);
 # explore new ones locally, or with TELAR_FUZZ_EXAMPLES for a longer run. ---
@@ -27,6 +27,12 @@ if os.environ.get("CI") == "true":
 @pytest.fixture(params=STORE_KINDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     """A fresh store of each kind; the test id names the kind."""
+    return make_store(request.param, tmp_path, request)
+
+
+@pytest.fixture(params=SHARED_KINDS)
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A fresh store of each kind that other processes can open too (see `tests.stores.reopen`)."""
     return make_store(request.param, tmp_path, request)
 
 

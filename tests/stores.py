@@ -21,6 +21,7 @@ from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
 
 STORE_KINDS = ["memory", "file", "sqlite", "postgres", "redis"]
+SHARED_KINDS = [kind for kind in STORE_KINDS if kind != "memory"]  # stores another process can open
 LOCAL_KINDS = ["memory", "file", "sqlite"]
 SERVER_KINDS = ["postgres", "redis"]
 SHARED_KINDS = ["file", "sqlite", "postgres", "redis"]  # several processes can open the same one

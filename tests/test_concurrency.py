@@ -21,7 +21,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from telar_checkpoint import CheckpointCodec, TelarSaver
 from telar_checkpoint.history import History
-from telar_checkpoint.stores import MemoryStore, Store
+from telar_checkpoint.stores import Store
 from tests.stores import describe, reopen
 
 PUTS = int(os.environ.get("TELAR_CONCURRENCY_PUTS", "12"))
@@ -106,9 +106,8 @@ def process_writer(description: tuple[str, dict[str, Any]], worker: int, puts: i
         store.close()
 
 
-def test_processes_writing_one_thread_and_their_own(store: Store) -> None:
-    if isinstance(store, MemoryStore):
-        pytest.skip("a memory store lives in one process")
+def test_processes_writing_one_thread_and_their_own(shared_store: Store) -> None:
+    store = shared_store
     context = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
     results = context.Queue()
     processes = [context.Process(target=process_writer, args=(describe(store), w, PUTS, results)) for w in range(4)]

@@ -10,7 +10,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
-from telar_checkpoint import CheckpointCodec, MemoryStore, TelarSaver
+from telar_checkpoint import CheckpointCodec, TelarSaver
 from tests.graphs import normalize, resume, with_interrupt
 from tests.stores import describe, reopen
 
@@ -49,10 +49,13 @@ def put_one(description: tuple[str, dict[str, Any]]) -> str:
 
 
 @pytest.fixture
-def shared(store) -> tuple[str, dict[str, Any]]:
-    if isinstance(store, MemoryStore):
-        pytest.skip("a memory store lives in one process")
-    return describe(store)
+def store(shared_store):
+    return shared_store
+
+
+@pytest.fixture
+def shared(shared_store) -> tuple[str, dict[str, Any]]:
+    return describe(shared_store)
 
 
 def spawn() -> Any:

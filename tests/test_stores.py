@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import os
 import shutil
 import socket
 import sqlite3
@@ -221,9 +220,8 @@ def test_threads_lose_no_append(store: Store) -> None:
     assert_all_lines(store.read("shared"), workers=8, count=50)
 
 
-def test_processes_lose_no_append(store: Store) -> None:
-    if isinstance(store, MemoryStore):
-        pytest.skip("a memory store lives in one process")
+def test_processes_lose_no_append(shared_store: Store) -> None:
+    store = shared_store
     store.write("shared", "")
     spawn = multiprocessing.get_context("spawn")
     workers = [spawn.Process(target=append_lines, args=(describe(store), w, 200)) for w in range(4)]
@@ -320,9 +318,8 @@ def test_threads_racing_append_if_one_winner_per_version(store: Store) -> None:
     assert_one_winner_per_version(store.read("shared"), workers=6, count=30)
 
 
-def test_processes_racing_append_if_one_winner_per_version(store: Store) -> None:
-    if isinstance(store, MemoryStore):
-        pytest.skip("a memory store lives in one process")
+def test_processes_racing_append_if_one_winner_per_version(shared_store: Store) -> None:
+    store = shared_store
     store.write("shared", "")
     spawn = multiprocessing.get_context("spawn")
     workers = [spawn.Process(target=append_if_lines, args=(describe(store), w, 50)) for w in range(4)]
