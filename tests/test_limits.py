@@ -43,7 +43,7 @@ def test_a_50_mb_checkpoint_round_trips_whole(kind: str, tmp_path: Path, request
     except TelarError as exc:  # refused: acceptable, if it says why and stores nothing
         assert str(exc)
         assert store.read("big") is None
-        pytest.skip(f"{kind} refuses a {SIZE_MB} MB checkpoint: {exc}")
+        return
     saver.put_writes(saved, [("note", "after the big one")], "task")
     got = saver.get_tuple(saved)
     assert got is not None
