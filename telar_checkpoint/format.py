@@ -68,8 +68,11 @@ class DroppedLine:
 Line = CheckpointLine | WritesLine | DroppedLine
 
 
-def _version(ns: str) -> int:
-    return FORMAT_V2 if ns else FORMAT_V1
+def _head(kind: str, ns: str) -> dict[str, Any]:
+    """The start of every line: its format version (2 inside a subgraph, else 1), kind and namespace."""
+    if ns:
+        return {"format": FORMAT_V2, "kind": kind, "ns": ns}
+    return {"format": FORMAT_V1, "kind": kind}
 
 
 def _dumps(obj: dict[str, Any]) -> str:
@@ -89,9 +92,7 @@ def plain_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
 
 def write_checkpoint(line: CheckpointLine) -> str:
     """The JSON text of a checkpoint line (no newline)."""
-    doc: dict[str, Any] = {"format": _version(line.ns), "kind": "checkpoint"}
-    if line.ns:
-        doc["ns"] = line.ns
+    doc = _head("checkpoint", line.ns)
     doc["step"] = line.metadata.get("step")
     doc["source"] = line.metadata.get("source")
     doc["id"] = line.id
@@ -111,9 +112,7 @@ def write_checkpoint(line: CheckpointLine) -> str:
 
 
 def write_writes(line: WritesLine) -> str:
-    doc: dict[str, Any] = {"format": _version(line.ns), "kind": "writes"}
-    if line.ns:
-        doc["ns"] = line.ns
+    doc = _head("writes", line.ns)
     doc["checkpoint"] = line.checkpoint_id
     doc["task"] = line.task_id
     doc["path"] = line.task_path
@@ -122,9 +121,7 @@ def write_writes(line: WritesLine) -> str:
 
 
 def write_dropped(line: DroppedLine) -> str:
-    doc: dict[str, Any] = {"format": _version(line.ns), "kind": "dropped"}
-    if line.ns:
-        doc["ns"] = line.ns
+    doc = _head("dropped", line.ns)
     doc["floor"] = line.floor
     doc["replaced"] = line.replaced
     if line.deleted:
