@@ -18,23 +18,40 @@ from telar_checkpoint.history import History
 CACHED_THREADS = 64
 
 
-class ParseCache:
-    """The parsed history of the last string seen, for the most recently used threads."""
+class _Recent:
+    """(tag, history) for the most recently used threads: a bounded, thread-safe LRU."""
 
     def __init__(self, size: int = CACHED_THREADS) -> None:
         self.size = size
-        self._items: OrderedDict[str, tuple[str, History]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[Hashable, History]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _get(self, thread_id: str) -> tuple[Hashable, History] | None:
+        with self._lock:
+            cached = self._items.get(thread_id)
+            if cached is not None:
+                self._items.move_to_end(thread_id)
+            return cached
+
+    def _put(self, thread_id: str, tag: Hashable, history: History) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._items[thread_id] = (tag, history)
+            self._items.move_to_end(thread_id)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+class ParseCache(_Recent):
+    """The parsed history of the last string seen, for the most recently used threads."""
 
     def parse(self, thread_id: str | None, text: str | None) -> History:
         """The history of `text`: shared, read-only."""
         text = text or ""
         if thread_id is None or self.size <= 0:
             return History.parse(thread_id, text)
-        with self._lock:
-            cached = self._items.get(thread_id)
-            if cached is not None:
-                self._items.move_to_end(thread_id)
+        cached = self._get(thread_id)
         if cached is not None:
             old_text, history = cached
             if old_text is text or old_text == text:
@@ -55,51 +72,26 @@ class ParseCache:
 
     def keep(self, thread_id: str | None, text: str, history: History) -> None:
         """Remember that `text` parses to `history` (which nobody may change any more)."""
-        if thread_id is None or self.size <= 0:
-            return
-        with self._lock:
-            self._items[thread_id] = (text, history)
-            self._items.move_to_end(thread_id)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-    def forget(self, thread_id: str) -> None:
-        with self._lock:
-            self._items.pop(thread_id, None)
+        if thread_id is not None:
+            self._put(thread_id, text, history)
 
 
-class VersionedHistories:
+class VersionedHistories(_Recent):
     """Parsed histories keyed by the store's version of each thread (see `Store.version`).
 
     A hit needs no read at all: the store vouches, by the version, that the value
     did not change since it was parsed or written by this process.
     """
 
-    def __init__(self, size: int = CACHED_THREADS) -> None:
-        self.size = size
-        self._items: OrderedDict[str, tuple[Hashable, History]] = OrderedDict()
-        self._lock = threading.Lock()
-
     def get(self, thread_id: str, version: Hashable | None) -> History | None:
-        if version is None:
-            return None
-        with self._lock:
-            cached = self._items.get(thread_id)
-            if cached is None or cached[0] != version:
-                return None
-            self._items.move_to_end(thread_id)
-            return cached[1]
+        """The history kept for the thread, if it is at `version`."""
+        cached = self._get(thread_id) if version is not None else None
+        return cached[1] if cached is not None and cached[0] == version else None
 
     def latest(self, thread_id: str) -> tuple[Hashable, History] | None:
         """The last (version, history) kept for the thread, current or not."""
-        with self._lock:
-            return self._items.get(thread_id)
+        return self._get(thread_id)
 
     def keep(self, thread_id: str, version: Hashable | None, history: History) -> None:
-        if version is None or self.size <= 0:
-            return
-        with self._lock:
-            self._items[thread_id] = (version, history)
-            self._items.move_to_end(thread_id)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+        if version is not None:
+            self._put(thread_id, version, history)
