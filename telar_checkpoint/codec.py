@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import operator
+
 import orjson
 
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, writes_sort_key
@@ -68,11 +70,11 @@ class CheckpointCodec:
 
     # --- records <-> lines ----------------------------------------------------
 
-    def _line(self, record: CheckpointRecord, history: History | None = None) -> CheckpointLine:
+    def _line(self, record: CheckpointRecord, history: History | None = None) -> tuple[CheckpointLine, dict[str, list[Any]]]:
+        """The record's line, and the items of each list channel it was encoded from."""
         cp = record.checkpoint
-        values = {k: self.values.encode(v) for k, v in cp.get("channel_values", {}).items()}
         parent = history.get(record.checkpoint_ns, record.parent_id) if history and record.parent_id else None
-        appended = _appended(values, parent) if parent is not None else {}
+        values, appended, sources = self._values(cp.get("channel_values", {}), parent)
         plain = {k: cp[k] for k in PLAIN_CHECKPOINT_KEYS if k in cp}
         extra = {
             k: self.values.encode(v)
@@ -90,7 +92,39 @@ class CheckpointCodec:
             appended=appended,
         )
         line.text = write_checkpoint(line)
-        return line
+        return line, sources
+
+    def _values(
+        self, channel_values: dict[str, Any], parent: Entry | None
+    ) -> tuple[dict[str, Any], dict[str, list[Any]], dict[str, list[Any]]]:
+        """Encoded values, the list channels that only grew since `parent` (as the items
+        added), and the items each list was encoded from.
+
+        A list whose first items are the very objects the parent's list was encoded
+        from encodes only the items after them: LangGraph state is updated by new
+        values, never changed in place, so the same object encodes the same. Any
+        other list is encoded whole and compared with the parent's as JSON.
+        """
+        values: dict[str, Any] = {}
+        appended: dict[str, list[Any]] = {}
+        sources: dict[str, list[Any]] = {}
+        for channel, value in channel_values.items():
+            if type(value) is list and value and self.values.lists_by_item:
+                sources[channel] = list(value)
+                # Taken, not shared: only the newest entry keeps its items (memory stays O(state)).
+                before = parent.sources.pop(channel, None) if parent is not None else None
+                if (
+                    before is not None
+                    and len(before) <= len(value)
+                    and all(map(operator.is_, before, value))
+                    and parent.depth(channel) < MAX_CHAIN  # type: ignore[union-attr]
+                ):
+                    appended[channel] = self.values.encode(value[len(before) :])
+                    continue
+            values[channel] = self.values.encode(value)
+        if parent is not None:
+            appended.update(_appended(values, parent))
+        return values, appended, sources
 
     def _writes_of(self, record: CheckpointRecord) -> list[tuple[str, int, str, Any, str]]:
         return [(w.task_id, w.idx, w.channel, self.values.encode(w.value), w.task_path) for w in record.writes]
@@ -146,8 +180,10 @@ class CheckpointCodec:
         """Put `record` into `history` (an editable clone); the lines to append to its string,
         or None when the string must be rewritten whole (`history.render()`)."""
         check_max_history(max_history)
-        line = self._line(record, history)
+        line, sources = self._line(record, history)
         rewrite = history.put(line, self._writes_of(record))
+        if sources and (entry := history.get(line.ns, line.id)) is not None:
+            entry.sources = sources  # the entry was made by this put: nobody shares it yet
         if max_history is not None:
             rewrite = history.trim(max_history) or rewrite
         if rewrite or history.torn is not None:

@@ -39,6 +39,8 @@ class Entry:
     """One stored checkpoint and its pending writes.
 
     `base` is the parent entry whose lists the line's `appended` channels extend.
+    `sources` holds, for an entry this process encoded, the items of each list
+    channel it was encoded from (see `CheckpointCodec`): never stored, only a memo.
     Entries are shared between a history and its clones: never change one, replace it.
     """
 
@@ -46,6 +48,7 @@ class Entry:
     writes: dict[WriteKey, Write] = field(default_factory=dict)
     base: Entry | None = None
     _full: dict[str, list[Any]] = field(default_factory=dict)
+    sources: dict[str, list[Any]] = field(default_factory=dict)
 
     def has(self, channel: str) -> bool:
         return channel in self.line.values or channel in self.line.appended
@@ -86,7 +89,7 @@ class Entry:
         values = {**self.line.values, **{ch: self.value(ch) for ch in self.line.appended}}
         line = replace(self.line, values=values, appended={})
         line.text = write_checkpoint(line)
-        return Entry(line, self.writes)
+        return Entry(line, self.writes, sources=self.sources)
 
 
 def merge_writes(target: dict[WriteKey, Write], task_id: str, path: str, writes: Iterable[tuple[int, str, Any]]) -> list[tuple[int, str, Any]]:
@@ -211,7 +214,7 @@ class History:
         entry = self.entries.get(key)
         if entry is None:
             return self.orphans.setdefault(key, {})
-        entry = self.entries[key] = Entry(entry.line, dict(entry.writes), entry.base, entry._full)
+        entry = self.entries[key] = Entry(entry.line, dict(entry.writes), entry.base, entry._full, entry.sources)
         return entry.writes
 
     def _make_whole(self, extends_gone: Any) -> None:

@@ -33,6 +33,7 @@ from telar_checkpoint.parse_cache import VersionedHistories
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.file import FileStore
+from telar_checkpoint.writer_locks import WriterLocks
 
 DEFAULT_DIRECTORY = ".telar-checkpoint"
 Version = int | str
@@ -72,6 +73,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self.max_history = max_history
         self.codec = CheckpointCodec(serde)
         self._histories = VersionedHistories()
+        self._writers = WriterLocks()
 
     @classmethod
     def from_conn_string(cls, url: str, **options: Any) -> _SaverContext:
@@ -160,6 +162,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):
 
     def _write(self, thread_id: str, make_lines: Any, change: Any) -> None:
         """Append the change's lines when the kept history is current, else update whole."""
+        with self._writers.sync(thread_id):
+            self._write_now(thread_id, make_lines, change)
+
+    def _write_now(self, thread_id: str, make_lines: Any, change: Any) -> None:
         fast = self._fast_lines(thread_id, make_lines)
         if fast is not None:
             version, history, suffix = fast
@@ -172,6 +178,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self._after_update(thread_id, *self.store.update_versioned(thread_id, change))
 
     async def _awrite(self, thread_id: str, make_lines: Any, change: Any) -> None:
+        async with self._writers.async_(thread_id):
+            await self._awrite_now(thread_id, make_lines, change)
+
+    async def _awrite_now(self, thread_id: str, make_lines: Any, change: Any) -> None:
         fast = self._fast_lines(thread_id, make_lines)
         if fast is not None:
             version, history, suffix = fast

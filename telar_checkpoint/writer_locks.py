@@ -1,0 +1,46 @@
+"""Per-thread writer locks for one saver: its writers of a thread take turns.
+
+LangGraph writes a step's checkpoint and its tasks' pending writes from several
+executor threads at once. Without turns, all of them would start from the same
+kept history, one would append, and the rest would find the store moved on and
+fall back to reading and rewriting the thread. With turns, each writer starts
+from the history the one before it kept, and appends. Other processes still race;
+the store's compare-and-append settles that.
+
+The locks are striped (a fixed number, chosen by the thread id's hash), so memory
+stays bounded however many threads a saver writes; two threads that share a stripe
+only wait for each other a little.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+
+STRIPES = 64
+
+
+class WriterLocks:
+    """A `threading.Lock` per stripe for sync writers, and an `asyncio.Lock` per stripe and event loop."""
+
+    def __init__(self, stripes: int = STRIPES) -> None:
+        self._sync = [threading.Lock() for _ in range(stripes)]
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[asyncio.Lock]] = weakref.WeakKeyDictionary()
+        self._guard = threading.Lock()
+
+    def _stripe(self, thread_id: str) -> int:
+        return hash(thread_id) % len(self._sync)
+
+    def sync(self, thread_id: str) -> threading.Lock:
+        """The lock sync writers of `thread_id` hold while they write."""
+        return self._sync[self._stripe(thread_id)]
+
+    def async_(self, thread_id: str) -> asyncio.Lock:
+        """The lock async writers of `thread_id` in the running event loop hold while they write."""
+        loop = asyncio.get_running_loop()
+        locks = self._async.get(loop)
+        if locks is None:
+            with self._guard:
+                locks = self._async.setdefault(loop, [asyncio.Lock() for _ in self._sync])
+        return locks[self._stripe(thread_id)]
