@@ -113,13 +113,12 @@ class CheckpointCodec:
                 sources[channel] = list(value)
                 # Taken, not shared: only the newest entry keeps its items (memory stays O(state)).
                 before = parent.sources.pop(channel, None) if parent is not None else None
-                if (
-                    before is not None
-                    and len(before) <= len(value)
-                    and all(map(operator.is_, before, value))
-                    and parent.depth(channel) < MAX_CHAIN  # type: ignore[union-attr]
-                ):
-                    appended[channel] = self.values.encode(value[len(before) :])
+                if before is not None and len(before) <= len(value) and all(map(operator.is_, before, value)):
+                    added = self.values.encode(value[len(before) :])
+                    if parent.depth(channel) < MAX_CHAIN:  # type: ignore[union-attr]
+                        appended[channel] = added
+                    else:  # written whole again, from what the parent holds
+                        values[channel] = [*parent.value(channel), *added]  # type: ignore[union-attr]
                     continue
             values[channel] = self.values.encode(value)
         if parent is not None:
@@ -135,9 +134,12 @@ class CheckpointCodec:
         # A fresh copy: the parsed line is shared (memoized), and LangGraph changes what it gets.
         checkpoint: dict[str, Any] = orjson.loads(orjson.dumps(line.checkpoint))
         checkpoint["id"] = line.id
-        checkpoint["channel_values"] = {k: self.values.decode(v) for k, v in line.values.items()}
+        values = checkpoint["channel_values"] = {k: self.values.decode(v) for k, v in line.values.items()}
         for channel in line.appended:
-            checkpoint["channel_values"][channel] = self.values.decode(entry.value(channel))
+            values[channel] = self.values.decode(entry.value(channel))
+        if self.values.lists_by_item:
+            # LangGraph builds the next checkpoint from these objects: remember them (see `_values`).
+            entry.sources.update((ch, list(v)) for ch, v in values.items() if type(v) is list and v)
         for k, v in line.extra.items():
             checkpoint[k] = self.values.decode(v)
         writes = [

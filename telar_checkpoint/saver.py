@@ -161,37 +161,46 @@ class TelarSaver(BaseCheckpointSaver[Version]):
             self._histories.keep(thread_id, version, self.codec.parse(thread_id, new))
 
     def _write(self, thread_id: str, make_lines: Any, change: Any) -> None:
-        """Append the change's lines when the kept history is current, else update whole."""
-        with self._writers.sync(thread_id):
-            self._write_now(thread_id, make_lines, change)
+        """Append the change's lines when the kept history is current, else update whole.
 
-    def _write_now(self, thread_id: str, make_lines: Any, change: Any) -> None:
+        Writers of the thread take turns until their lines are appended; each then waits
+        for the disk on its own, so the next one can append meanwhile."""
+        with self._writers.sync(thread_id):
+            appended = self._write_now(thread_id, make_lines, change)
+        if appended:
+            self.store.flush(thread_id)
+
+    def _write_now(self, thread_id: str, make_lines: Any, change: Any) -> bool:
         fast = self._fast_lines(thread_id, make_lines)
         if fast is not None:
             version, history, suffix = fast
             if not suffix and self.store.version(thread_id) == version:
-                return
-            new_version = self.store.append_if(thread_id, suffix, version) if suffix else None
+                return False
+            new_version = self.store.append_if_deferred(thread_id, suffix, version) if suffix else None
             if new_version is not None:
                 self._histories.keep(thread_id, new_version, history)
-                return
+                return True
         self._after_update(thread_id, *self.store.update_versioned(thread_id, change))
+        return False
 
     async def _awrite(self, thread_id: str, make_lines: Any, change: Any) -> None:
         async with self._writers.async_(thread_id):
-            await self._awrite_now(thread_id, make_lines, change)
+            appended = await self._awrite_now(thread_id, make_lines, change)
+        if appended:
+            await self.store.aflush(thread_id)
 
-    async def _awrite_now(self, thread_id: str, make_lines: Any, change: Any) -> None:
+    async def _awrite_now(self, thread_id: str, make_lines: Any, change: Any) -> bool:
         fast = self._fast_lines(thread_id, make_lines)
         if fast is not None:
             version, history, suffix = fast
             if not suffix and await self.store.aversion(thread_id) == version:
-                return
-            new_version = await self.store.aappend_if(thread_id, suffix, version) if suffix else None
+                return False
+            new_version = await self.store.aappend_if_deferred(thread_id, suffix, version) if suffix else None
             if new_version is not None:
                 self._histories.keep(thread_id, new_version, history)
-                return
+                return True
         self._after_update(thread_id, *(await self.store.aupdate_versioned(thread_id, change)))
+        return False
 
     def _put_change(self, thread_id: str, record: CheckpointRecord) -> tuple[Any, Any]:
         return (

@@ -63,6 +63,15 @@ class Store(ABC):
         """Append `suffix` if `key` is still at `version`; the new version, or None if it moved."""
         return None
 
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+        """`append_if`, but it may return before the suffix is durable: call `flush` before
+        acknowledging it. Lets the next writer append while this one waits for the disk."""
+        return self.append_if(key, suffix, version)
+
+    def flush(self, key: str) -> None:
+        """Return once every write of `key` made so far is durable (a no-op where writes are
+        durable when they return)."""
+
     def foreign(self) -> list[str]:
         """Entries in the store's space that are not values of this store (listed apart)."""
         return []
@@ -102,6 +111,15 @@ class Store(ABC):
         if type(self).append_if is Store.append_if:
             return None
         return await asyncio.to_thread(self.append_if, key, suffix, version)
+
+    async def aappend_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+        if type(self).append_if_deferred is Store.append_if_deferred:
+            return await self.aappend_if(key, suffix, version)
+        return await asyncio.to_thread(self.append_if_deferred, key, suffix, version)
+
+    async def aflush(self, key: str) -> None:
+        if type(self).flush is not Store.flush:
+            await asyncio.to_thread(self.flush, key)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)

@@ -6,23 +6,24 @@ reaches the filesystem), and a name longer than a path component allows is cut
 into nested ``.d`` directories. A write that extends the file is an append
 followed by ``fsync``; any other write goes to a temporary file that is
 fsynced and renamed over the old one. Writers of one thread, in threads or in
-processes, are serialized by a lock file. Files and directories are created
-owner-only (0600 / 0700) unless `mode` says otherwise.
+processes, are serialized by ``flock`` on a lock file of its own, whose
+descriptor stays open (for the most recently used threads) so that taking the
+lock costs one system call. Files and directories are created owner-only
+(0600 / 0700) unless `mode` says otherwise.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote_to_bytes
-
-from filelock import FileLock
 
 from telar_checkpoint.errors import ForeignDataError, StoreError
 from telar_checkpoint.stores.base import Change, Store
@@ -32,6 +33,7 @@ _SEGMENT = 200  # characters of an encoded name per path component
 _LONG = 1000  # an encoded name longer than this is stored under its hash, in _LONG_DIR
 _LONG_DIR = "~long"  # "~" is never in an encoded name, so these never collide with one
 TEXTS_KEPT = 32  # files whose last text is kept, to answer a read with one stat
+LOCKS_KEPT = 256  # lock files kept open (a descriptor each)
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _LOCKS = ".locks"
 _TMP = ".tmp"
@@ -64,15 +66,44 @@ def decode_name(relative: str) -> str | None:
 _Signature = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
 
 
-class _Syncs:
-    """Group commit for one file: appends are counted under the lock, and one fsync after
-    it covers every append made before it started, so writers do not wait in line for
-    each other's fsync."""
+class _KeyLock:
+    """What a store holds for one thread: a lock for this process, the lock file's descriptor
+    (opened on first use), and the counters of group commit: appends are counted under the
+    lock, and one fsync after it covers every append made before it started, so writers do
+    not wait in line for each other's fsync."""
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.written = 0  # appends finished (counted under the thread's lock)
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.local = threading.Lock()
+        self.fd: int | None = None
+        self.sync_lock = threading.Lock()
+        self.written = 0  # appends finished (counted under the lock)
         self.synced = 0  # appends known to be on disk
+
+    def acquire(self, mode: int, mkdir: Callable[[Path], None]) -> None:
+        """Hold the lock file (the local lock is held). A lock file removed or replaced
+        under us is opened again, so that every process locks the same file."""
+        while True:
+            if self.fd is None:
+                mkdir(self.path.parent)
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            try:
+                current = os.stat(self.path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(self.fd).st_ino:
+                return
+            self.close()
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _text(key: str, data: bytes) -> str:
@@ -110,8 +141,7 @@ class FileStore(Store):
         self.fsync = fsync
         self._mkdir(self.directory)
         self._texts: OrderedDict[str, tuple[_Signature, str]] = OrderedDict()  # the last texts, by thread
-        self._thread_locks: dict[str, tuple[threading.Lock, FileLock]] = {}
-        self._syncs: dict[str, _Syncs] = {}
+        self._locks: OrderedDict[str, _KeyLock] = OrderedDict()  # by thread, most recent last
         self._guard = threading.Lock()
 
     def _mkdir(self, path: Path) -> None:
@@ -134,30 +164,34 @@ class FileStore(Store):
         """The file that holds `key`."""
         return self.directory / encode_name(key)
 
-    @contextmanager
-    def _lock(self, key: str) -> Iterator[None]:
-        """Hold the thread's lock: a threading lock in this process, then the lock file."""
+    def _key_lock(self, key: str) -> _KeyLock:
+        """The thread's `_KeyLock`; the least recently used ones not in use are closed."""
         with self._guard:
-            pair = self._thread_locks.get(key)
-            if pair is None:
-                locks = self.directory / _LOCKS
-                self._mkdir(locks)
+            lock = self._locks.get(key)
+            if lock is None:
                 name = encode_name(key).replace("/", "~")[-_SEGMENT:]
-                # One FileLock per key, used under the threading lock by one thread at a time.
-                file_lock = FileLock(str(locks / (name + ".lock")), mode=self.mode, thread_local=False)
-                pair = self._thread_locks[key] = (threading.Lock(), file_lock)
-                self._syncs[key] = _Syncs()
-        local, file_lock = pair
-        with local:
+                lock = self._locks[key] = _KeyLock(self.directory / _LOCKS / (name + ".lock"))
+                for old_key in list(self._locks)[: max(0, len(self._locks) - LOCKS_KEPT)]:
+                    old = self._locks[old_key]
+                    if old.local.acquire(blocking=False):  # in use: keep it for now
+                        if old.synced == old.written or not self.fsync:  # else a flush still needs it
+                            del self._locks[old_key]
+                            old.close()
+                        old.local.release()
+            else:
+                self._locks.move_to_end(key)
+            return lock
+
+    @contextmanager
+    def _lock(self, key: str) -> Iterator[_KeyLock]:
+        """Hold the thread's lock: a threading lock in this process, then the lock file."""
+        lock = self._key_lock(key)
+        with lock.local:
+            lock.acquire(self.mode, self._mkdir)
             try:
-                file_lock.acquire(poll_interval=0.001)
-            except FileNotFoundError:  # the locks directory was removed under us
-                self._mkdir(self.directory / _LOCKS)
-                file_lock.acquire(poll_interval=0.001)
-            try:
-                yield
+                yield lock
             finally:
-                file_lock.release()
+                lock.release()
 
     @staticmethod
     def _signature(path: Path) -> _Signature | None:
@@ -202,7 +236,7 @@ class FileStore(Store):
 
     def update_versioned(self, key: str, change: Change) -> tuple[str | None, _Signature | None]:
         ticket = 0
-        with self._lock(key):
+        with self._lock(key) as lock:
             old = self.read(key)
             self._texts.pop(key, None)  # re-read after a failed write
             new = change(old)
@@ -212,27 +246,35 @@ class FileStore(Store):
                 return None, None
             if old is not None and new.startswith(old):
                 if len(new) > len(old):
-                    ticket = self._append(key, new[len(old) :])
+                    ticket = self._append(key, lock, new[len(old) :])
             else:
                 self._replace(key, new)
             signature = self._signature(self.path(key))
             if signature is not None:
                 self._remember(key, signature, new)
-        self._sync(key, ticket)
+        self._sync(key, lock, ticket)
         return new, signature
 
     def version(self, key: str) -> _Signature | None:
         return self._signature(self.path(key))
 
     def append_if(self, key: str, suffix: str, version: Hashable) -> _Signature | None:
-        with self._lock(key):
+        signature = self.append_if_deferred(key, suffix, version)
+        if signature is not None:
+            self.flush(key)
+        return signature
+
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> _Signature | None:
+        with self._lock(key) as lock:
             if version is None or self._signature(self.path(key)) != version:
                 return None
             self._texts.pop(key, None)
-            ticket = self._append(key, suffix)
-            signature = self._signature(self.path(key))
-        self._sync(key, ticket)
-        return signature
+            self._append(key, lock, suffix)
+            return self._signature(self.path(key))
+
+    def flush(self, key: str) -> None:
+        lock = self._key_lock(key)
+        self._sync(key, lock, lock.written)
 
     def delete(self, key: str) -> None:
         with self._lock(key):
@@ -247,7 +289,7 @@ class FileStore(Store):
             except FileNotFoundError:
                 pass
 
-    def _append(self, key: str, text: str) -> int:
+    def _append(self, key: str, lock: _KeyLock, text: str) -> int:
         """Append under the thread's lock; the ticket to pass to `_sync` once the lock is released."""
         data = memoryview(text.encode("utf-8", "surrogatepass"))
         fd = os.open(self.path(key), os.O_WRONLY | os.O_APPEND)
@@ -256,19 +298,17 @@ class FileStore(Store):
                 data = data[os.write(fd, data) :]
         finally:
             os.close(fd)
-        syncs = self._syncs[key]
-        syncs.written += 1
-        return syncs.written
+        lock.written += 1
+        return lock.written
 
-    def _sync(self, key: str, ticket: int) -> None:
+    def _sync(self, key: str, lock: _KeyLock, ticket: int) -> None:
         """Return once append `ticket` is on disk: one fsync serves every append made before it."""
         if not self.fsync or not ticket:
             return
-        syncs = self._syncs[key]
-        with syncs.lock:
-            if syncs.synced >= ticket:
+        with lock.sync_lock:
+            if lock.synced >= ticket:
                 return
-            target = syncs.written
+            target = lock.written
             try:
                 fd = os.open(self.path(key), os.O_RDONLY)
             except FileNotFoundError:  # deleted since: nothing of it to keep
@@ -277,7 +317,7 @@ class FileStore(Store):
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            syncs.synced = target
+            lock.synced = target
 
     def _replace(self, key: str, text: str) -> None:
         target = self.path(key)
@@ -310,6 +350,13 @@ class FileStore(Store):
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+
+    def close(self) -> None:
+        """Close the lock files' descriptors (they open again on the next write)."""
+        with self._guard:
+            for lock in self._locks.values():
+                with lock.local:
+                    lock.close()
 
     def _walk(self) -> Iterator[tuple[str, str | None]]:
         for root, dirs, files in os.walk(self.directory):
