@@ -184,18 +184,28 @@ class CheckpointCodec:
         check_max_history(max_history)
         line, sources = self._line(record, history)
         rewrite = history.put(line, self._writes_of(record))
-        if sources and (entry := history.get(line.ns, line.id)) is not None:
+        entry = history.get(line.ns, line.id)
+        if sources and entry is not None:
             entry.sources = sources  # the entry was made by this put: nobody shares it yet
-        if max_history is not None:
-            rewrite = history.trim(max_history) or rewrite
         if rewrite or history.torn is not None:
+            if max_history is not None:
+                history.trim(max_history)
             return None
         added = [line.text]
-        entry = history.get(line.ns, line.id)
         if record.writes and entry is not None:
             tasks = {w.task_id for w in record.writes}
             added.extend(History._writes_lines(line.ns, line.id, {k: v for k, v in entry.writes.items() if k[0] in tasks}))
         history.line_count += len(added)
+        if max_history is not None:
+            before = dict(history.dropped)
+            cut = history.trim(max_history)
+            if cut:
+                # Trimming appends floors, and rewrites only once the string holds twice what it needs.
+                floors = history.floor_lines(cut, before)
+                if floors is None:
+                    return None
+                added.extend(floors)
+                history.line_count += len(floors)
         return added
 
     def writes_lines(
@@ -247,7 +257,8 @@ class CheckpointCodec:
         """`stored` cut to its last `max_history` checkpoints (see `append`)."""
         check_max_history(max_history)
         history = History.parse(None, stored)
-        return history.render() if history.trim(max_history) or history.torn else stored or ""
+        cut = history.trim(max_history)
+        return history.render() if cut or history.torn or history.holds_trimmed else stored or ""
 
     def remove_runs(self, stored: str | None, run_ids: set[str]) -> str | None:
         """`stored` without the checkpoints (and writes) of the given runs; None when nothing is left."""

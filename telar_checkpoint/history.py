@@ -26,6 +26,8 @@ from telar_checkpoint.format import (
 
 REPLACED_IDS_KEPT = 1000  # replaced ids remembered per thread, to say "replaced" not "absent"
 MAX_CHAIN = 64  # a list channel is written whole again after this many appended lines
+SLACK_LINES = 64  # trimming appends floors until the string holds 2x its live lines + this
+FLOOR_LINE_IDS = 64  # a dropped record listing more ids than this is written by a rewrite
 _FORKS = ("fork", "update")  # sources that start a branch
 _MOVES_ON = ("loop", "input")  # sources that move a branch on
 
@@ -120,6 +122,7 @@ class History:
         self.torn: str | None = None  # an unterminated last line, dropped on read
         self._latest: dict[str, str] = {}  # namespace -> latest id, kept while only appending
         self.line_count = 0  # complete lines of the string this history was read from or rendered to
+        self.holds_trimmed = False  # the string still holds lines a later floor trimmed (see `_apply_floor`)
 
     def clone(self) -> History:
         """A copy to change while readers keep using this one (entries are copied on write)."""
@@ -130,6 +133,7 @@ class History:
         other.torn = self.torn
         other._latest = dict(self._latest)
         other.line_count = self.line_count
+        other.holds_trimmed = self.holds_trimmed
         return other
 
     # --- reading and writing -------------------------------------------------
@@ -162,17 +166,27 @@ class History:
                 merge_writes(target, line.task_id, line.task_path, line.writes)
             else:
                 history.dropped[line.ns] = line
+                if line.floor is not None and history.entries:
+                    history._apply_floor(line.ns)
 
     def render(self) -> str:
         """The canonical stored string: dropped lines, then each checkpoint followed by its writes."""
         out = [write_dropped(d) for d in self.dropped.values() if d.floor or d.replaced or d.deleted]
+        made_whole: dict[int, Entry] = {}  # id of a line written whole instead -> its entry
         for (ns, cid), entry in self.entries.items():
+            if entry.base is not None:
+                whole_base = made_whole.get(id(entry.base.line))
+                if whole_base is not None:  # same values, so it may go on extending them
+                    entry = self.entries[(ns, cid)] = replace(entry, base=whole_base)
+                elif not self._base_kept(entry):  # what it extends is not written
+                    made_whole[id(entry.line)] = entry = self.entries[(ns, cid)] = entry.whole()
             out.append(entry.line.text or write_checkpoint(entry.line))
             out.extend(self._writes_lines(ns, cid, entry.writes))
         for (ns, cid), writes in self.orphans.items():
             out.extend(self._writes_lines(ns, cid, writes))
         self.line_count = len(out)
         self.torn = None
+        self.holds_trimmed = False
         return "".join(line + "\n" for line in out)
 
     @staticmethod
@@ -202,8 +216,6 @@ class History:
                         f"appends to channel {channel!r} of checkpoint {line.parent}, which holds no list there",
                         thread_id=self.thread_id, line=number,
                     )
-        if old is not None:
-            self._make_whole(lambda e: (e.line.ns, e.base.line.id) == key)  # its children extended what it held
         self.entries[key] = Entry(line, old.writes if old else self.orphans.pop(key, {}), base)
         latest = self._latest.get(line.ns)
         if latest is None or line.id > latest:
@@ -217,11 +229,15 @@ class History:
         entry = self.entries[key] = Entry(entry.line, dict(entry.writes), entry.base, entry._full, entry.sources)
         return entry.writes
 
-    def _make_whole(self, extends_gone: Any) -> None:
-        """Write whole the appended channels of entries whose base is going away."""
-        for key, entry in list(self.entries.items()):
-            if entry.base is not None and extends_gone(entry):
-                self.entries[key] = entry.whole()
+    def _base_kept(self, entry: Entry) -> bool:
+        """False when `entry` extends lists of a line this history no longer holds as it was
+        (dropped, or updated in place): it must then be written whole. Until then the
+        entry reads its values through the line it was written on."""
+        base = entry.base
+        if base is None:
+            return True
+        current = self.entries.get((base.line.ns, base.line.id))
+        return current is not None and current.line is base.line
 
     def in_ns(self, ns: str) -> list[Entry]:
         return [e for (n, _), e in self.entries.items() if n == ns]
@@ -332,7 +348,6 @@ class History:
         frontier = set(keys)
         self._latest.clear()
         while frontier:
-            self._make_whole(lambda e: (e.line.ns, e.base.line.id) in frontier)
             for key in frontier:
                 del self.entries[key]
             gone = {cid for _, cid in frontier}
@@ -364,7 +379,6 @@ class History:
         """Remove checkpoints and their writes on request: they read as absent afterwards, and
         are listed as `deleted` so that a check knows a dangling parent is no damage."""
         self._latest.clear()
-        self._make_whole(lambda e: (e.line.ns, e.base.line.id) in keys)
         for key in keys:
             del self.entries[key]
         for key in [k for k in self.orphans if k in keys]:
@@ -384,10 +398,10 @@ class History:
         self._set_floors({ns for ns, _ in cut})
         return True
 
-    def trim(self, max_history: int) -> bool:
+    def trim(self, max_history: int) -> set[Key]:
         """Keep the last `max_history` checkpoints of the root namespace, their subgraph
         checkpoints (each namespace cut to its last `max_history`) and the ancestors a kept
-        checkpoint needs to rebuild `DeltaChannel` state. Returns True when something was cut."""
+        checkpoint needs to rebuild `DeltaChannel` state. Returns what was cut."""
         cut: set[Key] = set()
         kept_roots = self._keep_last("", self.in_ns(""), max_history, cut)
         for ns in self.namespaces():
@@ -402,15 +416,51 @@ class History:
             cut |= {(ns, e.line.id) for e in self.in_ns(ns)} - {(ns, e.line.id) for e in members}
             self._keep_last(ns, members, max_history, cut)
         if not cut:
-            return False
-        self._drop(cut)
+            return set()
+        dropped = self._drop(cut)
         self._set_floors({ns for ns, _ in cut})
-        for key in [k for k in self.orphans if self.dropped_reason(*k) == "trimmed"]:
-            del self.orphans[key]
+        self._forget_trimmed_orphans()
         for ns in [ns for ns in self.dropped if ns and not self.in_ns(ns)]:
             if not self.dropped[ns].replaced:
                 del self.dropped[ns]
-        return True
+        return dropped
+
+    def _forget_trimmed_orphans(self) -> None:
+        for key in [k for k in self.orphans if self.dropped_reason(*k) == "trimmed"]:
+            del self.orphans[key]
+
+    def floor_lines(self, cut: set[Key], before: dict[str, DroppedLine]) -> list[str] | None:
+        """After `trim` cut `cut`: the `dropped` lines that, appended, trim the stored string
+        as it did this history (see `_apply_floor`), or None when only a rewrite can say it:
+        something cut is not below its namespace's floor, a namespace's record went away or
+        is long, or the string holds more than twice the lines this history needs."""
+        touched = {ns for ns, _ in cut}
+        for ns, cid in cut:
+            record = self.dropped.get(ns)
+            if record is None or record.floor is None or not cid < record.floor:
+                return None
+        for ns, record in before.items():
+            if ns not in touched and self.dropped.get(ns) is not record:
+                return None
+        records = [self.dropped[ns] for ns in touched]
+        if any(len(r.replaced) + len(r.deleted) > FLOOR_LINE_IDS for r in records):
+            return None
+        needed = len(self.dropped) + sum(1 + len({t for t, _ in e.writes}) for e in self.entries.values())
+        if self.line_count + len(records) > 2 * needed + SLACK_LINES:
+            return None
+        return [write_dropped(r) for r in records]
+
+    def _apply_floor(self, ns: str) -> None:
+        """A `dropped` line read after checkpoint lines: what it says is trimmed goes. Lines
+        that extend a trimmed line still read through it (see `_base_kept`)."""
+        floor = self.dropped[ns].floor
+        doomed = [key for key in self.entries if key[0] == ns and key[1] < floor]  # type: ignore[operator]
+        for key in doomed:
+            del self.entries[key]
+        if doomed:
+            self._latest.pop(ns, None)
+            self.holds_trimmed = True
+        self._forget_trimmed_orphans()
 
     def _set_floors(self, namespaces: set[str]) -> None:
         for ns in namespaces:

@@ -371,13 +371,25 @@ def test_a_list_that_changed_otherwise_is_stored_whole(changed) -> None:
     assert codec.decode("t", text).checkpoint["channel_values"]["msgs"] == changed
 
 
-def test_trimming_and_replacement_write_a_kept_line_whole_when_its_base_goes() -> None:
+def test_trimming_appends_floors_and_a_rewrite_writes_a_kept_line_whole_when_its_base_goes() -> None:
     records = [grow(i, i - 1 if i > 1 else None, [f"m{j}" for j in range(i)]) for i in range(1, 12)]
     text = build(*records, max_history=3)
-    first = orjson.loads(text.splitlines()[1])  # after the dropped line
-    assert first["id"] == "00000009" and first["values"]["msgs"] == [f"m{j}" for j in range(9)]
-    assert "appended" in orjson.loads(text.splitlines()[2])
+    # Each trim appended a floor instead of rewriting: the lines of 1..8 are still stored...
+    kinds = [orjson.loads(line)["kind"] for line in text.splitlines()]
+    assert kinds[:4] == ["checkpoint"] * 4 and kinds.count("checkpoint") == 11 and kinds[-1] == "dropped"
+    assert text.startswith(build(*records[:4], max_history=3))
+    # ...but read as trimmed, and the kept ones still read through the lines they extend.
+    assert ids(text) == ["00000009", "00000010", "00000011"]
     assert [len(r.checkpoint["channel_values"]["msgs"]) for r in codec.decode_history("t", text)] == [9, 10, 11]
+    with pytest.raises(CheckpointDroppedError, match="trimmed"):
+        codec.find("t", codec.parse("t", text), "", "00000005")
+    # A rewrite keeps only what is read, so the first kept line is written whole.
+    compact = codec.trim(text, 3)
+    first = orjson.loads(compact.splitlines()[1])  # after the dropped line
+    assert first["id"] == "00000009" and first["values"]["msgs"] == [f"m{j}" for j in range(9)]
+    assert "appended" in orjson.loads(compact.splitlines()[2])
+    assert len(compact.splitlines()) == 4
+    assert [r.checkpoint for r in codec.decode_history("t", compact)] == [r.checkpoint for r in codec.decode_history("t", text)]
     # A fork from id 5 that moves on drops 6..11; nothing kept may point at them.
     text = build(*records)
     text = codec.append(text, record(20, 5, 5, "fork", values={"msgs": [f"m{j}" for j in range(5)], "count": 0}))

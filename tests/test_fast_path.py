@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from telar_checkpoint import CheckpointCodec, CheckpointRecord, FileStore, MemoryStore, TelarSaver
+from telar_checkpoint.history import History
 
 SOURCES = ["input", "loop", "loop", "loop", "fork", "update"]
 
@@ -82,7 +83,22 @@ def play(saver: TelarSaver, ops: list) -> None:
         getattr(model, op[0])(*op[1:])
         if model.text is not None:
             assert saver.store.read("t") == model.text
+            # What the writer kept, the string read afresh and its rewrite all say the same
+            # (trimming appends floors that must cut on read exactly what the writer cut).
+            kept = saver._histories.latest("t")
+            fresh = History.parse("t", model.text)
+            expected = _summary(fresh)
+            assert _summary(History.parse("t", History.parse("t", model.text).render())) == expected
+            if kept is not None:
+                assert _summary(kept[1]) == expected
             saver.get_tuple({"configurable": {"thread_id": "t"}})  # reads refill the cache
+
+
+def _summary(history: History) -> tuple:
+    codec = CheckpointCodec()
+    entries = [(key, codec.record(entry)) for key, entry in history.entries.items()]
+    dropped = {ns: (d.floor, d.replaced, d.deleted) for ns, d in history.dropped.items() if d.floor or d.replaced or d.deleted}
+    return entries, dropped, history.orphans
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
