@@ -593,3 +593,47 @@ def test_works_inside_langgraph_encrypted_serializer() -> None:
     typed = serde.dumps_typed(value)
     assert typed[0] == "json+xor"
     assert_same(value, serde.loads_typed(typed))
+
+
+def test_a_class_checked_once_still_refuses_bad_payloads() -> None:
+    """The decoder remembers a checked class name; later payloads are still checked."""
+    serde = serializer()
+    stored = serde.to_jsonable(HumanMessage("hi", id="1"))
+    assert serde.from_jsonable(stored) == HumanMessage("hi", id="1")  # the name is now known
+    cases = {
+        "missing keys": {"$model": {"class": "HumanMessage"}},
+        "unexpected keys": {"$model": {"class": "HumanMessage", "fields": {}, "method": "x"}},
+        "expected dict": {"$model": {"class": "HumanMessage", "fields": ["content"]}},
+        "needs field 'content'": {"$model": {"class": "HumanMessage", "fields": {"id": "1"}}},
+        "has no fields": {"$model": {"class": "Document", "fields": {"page_content": "x", "evil": 1}}},
+        "not on the allowlist": {"$model": {"class": ["HumanMessage"], "fields": {"content": "x"}}},
+        "unknown tag": {"$model": {"class": "HumanMessage", "fields": {"content": {"$nope": 1}}}},
+    }
+    for _ in range(2):  # before and after Document is known
+        for message, payload in cases.items():
+            with pytest.raises(SerializationError, match=re.escape(message)):
+                serde.from_jsonable(payload)
+    serde.from_jsonable(serde.to_jsonable(Document(page_content="x")))
+    partial = {"$model": {"class": "AIMessage", "fields": {"content": "x", "zz": [1]}}}
+    for _ in range(2):
+        loaded = serde.from_jsonable(partial)
+        assert loaded == AIMessage("x", zz=[1])
+        assert loaded.model_fields_set == {"content", "zz"}
+        assert loaded.__pydantic_extra__ == {"zz": [1]}
+        assert list(loaded.__dict__) == list(AIMessage.model_fields)
+        assert loaded.tool_calls == [] and loaded.tool_calls is not serde.from_jsonable(partial).tool_calls
+
+
+def test_a_remembered_class_name_follows_the_allowlist() -> None:
+    class Model(pydantic.BaseModel):
+        x: int
+
+    class Other(pydantic.BaseModel):
+        y: int = 0
+
+    Other.__qualname__ = Model.__qualname__  # the same stored name, bound to another class
+    serde = JsonSerializer(allowed_classes=[Model])
+    stored = serde.to_jsonable(Model(x=1))
+    assert type(serde.from_jsonable(stored)) is Model
+    serde._allowlist.add_class(Other)
+    assert type(serde.from_jsonable(stored)) is Other

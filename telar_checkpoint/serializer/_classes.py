@@ -34,9 +34,12 @@ def _build(cls: type, build: Callable[[], Any], tag: str) -> Any:
     try:
         return build()
     except Exception as exc:  # the class refused the stored fields
-        raise SerializationError(
-            f"stored value {tag} could not rebuild {cls.__module__}.{cls.__qualname__}: {exc}"
-        ) from exc
+        raise _refused(cls, tag, exc) from exc
+
+
+_REQUIRED, _VALUE, _FACTORY, _COPY = range(4)
+_IMMUTABLE = (type(None), bool, int, float, str, bytes, tuple, frozenset)
+_MISSING = object()
 
 
 @dataclasses.dataclass(slots=True)
@@ -46,12 +49,17 @@ class _Restore:
     order: list[tuple[str, Any, int]]  # (field, default, how to fill it when not stored)
     allow_extra: bool
     direct: bool  # plain model: set its state as unpickling does; else model_construct
+    # Every field, in order: its default when that is an immutable value, else _MISSING.
+    template: dict[str, Any]
+    # The fields `template` leaves _MISSING, with how to fill them (plan order).
+    fill: list[tuple[str, Any, int]]
+    # The class keeps pydantic's own __setstate__, so its four attributes can be set here.
+    plain_state: bool
 
 
-_REQUIRED, _VALUE, _FACTORY, _COPY = range(4)
 _RESTORE: dict[type, _Restore] = {}
-_IMMUTABLE = (type(None), bool, int, float, str, bytes, tuple, frozenset)
-_MISSING = object()
+# Builds a class from its stored fields (a dict), decoding them with the given function.
+_Builder = Callable[[dict[str, Any], Decode], Any]
 
 
 def _restore_plan(cls: type[pydantic.BaseModel]) -> _Restore:
@@ -72,65 +80,137 @@ def _restore_plan(cls: type[pydantic.BaseModel]) -> _Restore:
             and not cls.__private_attributes__
             and cls.model_post_init is pydantic.BaseModel.model_post_init
         )
-        plan = _Restore(order, cls.model_config.get("extra") == "allow", direct)
+        plan = _Restore(
+            order,
+            cls.model_config.get("extra") == "allow",
+            direct,
+            {name: default if kind == _VALUE else _MISSING for name, default, kind in order},
+            [entry for entry in order if entry[2] != _VALUE],
+            cls.__setstate__ is pydantic.BaseModel.__setstate__,
+        )
         _RESTORE[cls] = plan
     return plan
 
 
-def _construct(cls: type[pydantic.BaseModel], fields: dict[str, Any]) -> Any:
-    """A built-in model with exactly the stored fields, defaults filled in as pydantic would.
+# pydantic's own slots, set as its __setstate__ does (a descriptor call is the fastest way).
+_SET_FIELDS_SET = pydantic.BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_SET_EXTRA = pydantic.BaseModel.__dict__["__pydantic_extra__"].__set__
+_SET_PRIVATE = pydantic.BaseModel.__dict__["__pydantic_private__"].__set__
+_SET_DICT = pydantic.BaseModel.__dict__["__dict__"].__set__
 
-    The stored fields are values pydantic validated when the model was made, and
-    some classes (RemoveMessage) refuse their own fields in __init__, so they
-    are not validated again. model_construct is the public way to do this, but
-    inspects every default_factory on each call; for plain models we set the
-    state as unpickling does, which is 5x faster.
-    """
-    plan = _restore_plan(cls)
-    if not plan.direct:
-        return cls.model_construct(set(fields), **fields)
-    values = {}
-    present = 0
-    for name, default, kind in plan.order:
-        value = fields.get(name, _MISSING)
-        if value is not _MISSING:
-            present += 1
-        elif kind == _VALUE:
-            value = default
-        elif kind == _FACTORY:
-            value = default()
+
+def _constructor(cls: type[pydantic.BaseModel], plan: _Restore, tag: str) -> _Builder:
+    """The builder of one plain model (`plan.direct`), with its plan unpacked once."""
+    template, fill, allow_extra = plan.template, plan.fill, plan.allow_extra
+    size = len(template)
+    new = object.__new__ if cls.__new__ is object.__new__ else cls.__new__
+    plain_state = plan.plain_state
+    leaf = LEAF_TYPES
+
+    def build(stored: dict[str, Any], dec: Decode) -> Any:
+        # The template fixes the field order and holds the immutable defaults;
+        # stored names that are not fields go last.
+        values = template.copy()
+        for k, v in stored.items():
+            values[k] = v if type(v) in leaf else dec(v)
+        try:
+            if len(stored) != size or len(values) != size:
+                extra = _fill(cls, values, template, fill, allow_extra)
+            else:  # every field stored, and nothing else
+                extra = {} if allow_extra else None
+            obj = new(cls)
+            if plain_state:  # what pydantic's __setstate__ does, in its order
+                _SET_FIELDS_SET(obj, set(stored))
+                _SET_EXTRA(obj, extra)
+                _SET_PRIVATE(obj, None)
+                _SET_DICT(obj, values)
+            else:
+                obj.__setstate__(
+                    {
+                        "__dict__": values,
+                        "__pydantic_extra__": extra,
+                        "__pydantic_fields_set__": set(stored),
+                        "__pydantic_private__": None,
+                    }
+                )
+            return obj
+        except Exception as exc:  # the class refused the stored fields
+            raise _refused(cls, tag, exc) from exc
+
+    return build
+
+
+def _refused(cls: type, tag: str, exc: Exception) -> SerializationError:
+    return SerializationError(
+        f"stored value {tag} could not rebuild {cls.__module__}.{cls.__qualname__}: {exc}"
+    )
+
+
+def _fill(
+    cls: type,
+    values: dict[str, Any],
+    template: dict[str, Any],
+    fill: list[tuple[str, Any, int]],
+    allow_extra: bool,
+) -> dict[str, Any] | None:
+    """Complete `values` (the template updated with the stored fields): fill the
+    defaults of the fields not stored, in field order, then move the stored names
+    that are not fields out of it, into the returned extra dict."""
+    for name, default, kind in fill:
+        if values[name] is not _MISSING:  # a stored value is never _MISSING
+            continue
+        if kind == _FACTORY:
+            values[name] = default()
         elif kind == _COPY:
-            value = copy.deepcopy(default)
+            values[name] = copy.deepcopy(default)
         else:
             raise bad("$model", f"{cls.__qualname__} needs field {name!r}")
-        values[name] = value
-    extra: dict[str, Any] | None = {} if plan.allow_extra else None
-    if present < len(fields):
-        if extra is None:
-            unknown = sorted(set(fields) - set(values))
-            raise bad("$model", f"{cls.__qualname__} has no fields {unknown}")
-        extra = {name: value for name, value in fields.items() if name not in values}
-    obj = cls.__new__(cls)
-    obj.__setstate__(
-        {
-            "__dict__": values,
-            "__pydantic_extra__": extra,
-            "__pydantic_fields_set__": set(fields),
-            "__pydantic_private__": None,
-        }
-    )
-    return obj
+    if len(values) == len(template):
+        return {} if allow_extra else None
+    unknown = [name for name in values if name not in template]  # in stored order
+    if not allow_extra:
+        raise bad("$model", f"{cls.__qualname__} has no fields {sorted(unknown)}")
+    return {name: values.pop(name) for name in unknown}
+
+
+def _model_builder(cls: type[pydantic.BaseModel], tag: str) -> _Builder:
+    """A function building `cls` from its stored fields, decoding them with `dec`.
+
+    A built-in model gets exactly the stored fields, defaults filled in as
+    pydantic would: the stored fields are values pydantic validated when the
+    model was made, and some classes (RemoveMessage) refuse their own fields in
+    __init__, so they are not validated again. model_construct is the public way
+    to do this, but inspects every default_factory on each call; for plain
+    models we set the state as unpickling does, which is 5x faster.
+    """
+    validate = cls not in CONSTRUCT_WITHOUT_VALIDATION
+    if not validate:
+        plan = _restore_plan(cls)
+        if plan.direct:
+            return _constructor(cls, plan, tag)
+    leaf = LEAF_TYPES
+
+    def build(stored: dict[str, Any], dec: Decode) -> Any:
+        fields = {k: v if type(v) in leaf else dec(v) for k, v in stored.items()}
+        try:
+            if validate:
+                return cls(**fields)
+            return cls.model_construct(set(fields), **fields)
+        except Exception as exc:  # the class refused the stored fields
+            raise _refused(cls, tag, exc) from exc
+
+    return build
 
 
 def _model(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
     record = expect_keys(payload, "$model", ("class", "fields"))
-    cls = allowlist.lookup(record["class"], "$model")
+    name = record["class"]
+    cls = allowlist.lookup(name, "$model")
     if not issubclass(cls, pydantic.BaseModel):
-        raise bad("$model", f"{record['class']!r} is not a pydantic model")
-    fields = _fields(record, dec, "$model")
-    if cls in CONSTRUCT_WITHOUT_VALIDATION:
-        return _build(cls, lambda: _construct(cls, fields), "$model")
-    return _build(cls, lambda: cls(**fields), "$model")
+        raise bad("$model", f"{name!r} is not a pydantic model")
+    build = _model_builder(cls, "$model")
+    allowlist.model_builders[name] = build  # the decoder's fast path, next time
+    return build(want(record["fields"], dict, "$model"), dec)
 
 
 def _model_v1(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:

@@ -199,17 +199,37 @@ def make_decoder(allowlist: Allowlist) -> Decode:
     """A `from_jsonable` function loading classes from `allowlist` only."""
 
     leaf = LEAF_TYPES
+    builders = allowlist.model_builders  # cleared, never replaced, when the allowlist changes
+    model = CLASS_TAGS["$model"]
 
     def dec(data: Any) -> Any:
         t = type(data)
         if t is dict:
-            if len(data) == 1:
+            n = len(data)
+            if n == 1:
                 for key in data:
+                    if key == "$model":
+                        # A class name already checked (on the allowlist, a pydantic
+                        # model) goes straight to its builder; anything else takes the
+                        # full path, which checks it, reports what is wrong, and
+                        # remembers the builder.
+                        payload = data[key]
+                        if type(payload) is dict and len(payload) == 2:
+                            name = payload.get("class")
+                            build = builders.get(name) if type(name) is str else None
+                            fields = payload.get("fields")
+                            if build is not None and type(fields) is dict:
+                                return build(fields, dec)
+                        return model(payload, dec, allowlist)
                     if key[:1] == "$":
                         return _tagged(key, data[key])
+            elif n == 0:
+                return {}
             # leaves inline: one call per container, not per string
             return {k: v if type(v) in leaf else dec(v) for k, v in data.items()}
         if t is list:
+            if not data:
+                return []
             return [v if type(v) in leaf else dec(v) for v in data]
         return data
 

@@ -234,10 +234,18 @@ def _model_encoder(cls: type[pydantic.BaseModel]) -> Callable[[Any], Any]:
             t = type(value)
             if t is type(default) and value == default and field not in was_set:
                 continue
-            if t is str and value.isascii() and "\x00" not in value:
+            # the common leaves inline, as to_jsonable would write them
+            if t is str:
+                if value.isascii() and "\x00" not in value:
+                    fields[field] = value
+                    continue
+            elif value is None or t is bool:
                 fields[field] = value
-            else:
-                fields[field] = to_jsonable(value)
+                continue
+            elif (t is list or t is dict) and not value:
+                fields[field] = t()
+                continue
+            fields[field] = to_jsonable(value)
         extra = obj.__pydantic_extra__
         if extra:
             for field, value in extra.items():

@@ -122,17 +122,23 @@ class Allowlist:
     def __init__(self) -> None:
         self._by_name: dict[str, type] = dict(BUILTIN_CLASSES)
         self._pending: set[tuple[str, str]] = set()  # (module, name) not yet importable
+        # stored `$model` class name -> function building that class from its
+        # decoded fields, kept by the decoder once `lookup` and the kind check
+        # passed for the name; emptied whenever a name is (re)bound.
+        self.model_builders: dict[str, Any] = {}
 
     def copy(self) -> Allowlist:
         clone = Allowlist.__new__(Allowlist)
         clone._by_name = dict(self._by_name)
         clone._pending = set(self._pending)
+        clone.model_builders = {}
         return clone
 
     def add_class(self, cls: type) -> None:
         if not isinstance(cls, type):
             raise TypeError(f"allowed_classes takes classes, not {cls!r}")
         self._by_name[f"{cls.__module__}:{cls.__qualname__}"] = cls
+        self.model_builders.clear()  # clear, not rebind: decoders hold this dict
 
     def add_name(self, key: tuple[str, ...] | type) -> None:
         """Allow a class given by the program as ``(module, name)``, or a class."""
