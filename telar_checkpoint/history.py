@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from telar_checkpoint.entries import Entries
 from telar_checkpoint.errors import CorruptLineError
 from telar_checkpoint.format import (
     CheckpointLine,
@@ -116,7 +117,7 @@ class History:
 
     def __init__(self, thread_id: str | None = None) -> None:
         self.thread_id = thread_id
-        self.entries: dict[Key, Entry] = {}
+        self.entries: Entries[Key, Entry] = Entries()
         self.orphans: dict[Key, dict[WriteKey, Write]] = {}  # writes that came before their put
         self.dropped: dict[str, DroppedLine] = {}
         self.torn: str | None = None  # an unterminated last line, dropped on read
@@ -127,7 +128,7 @@ class History:
     def clone(self) -> History:
         """A copy to change while readers keep using this one (entries are copied on write)."""
         other = History(self.thread_id)
-        other.entries = dict(self.entries)
+        other.entries = self.entries.copy()
         other.orphans = {k: dict(v) for k, v in self.orphans.items()}
         other.dropped = {ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted)) for ns, d in self.dropped.items()}
         other.torn = self.torn
@@ -173,7 +174,7 @@ class History:
         """The canonical stored string: dropped lines, then each checkpoint followed by its writes."""
         out = [write_dropped(d) for d in self.dropped.values() if d.floor or d.replaced or d.deleted]
         made_whole: dict[int, Entry] = {}  # id of a line written whole instead -> its entry
-        for (ns, cid), entry in self.entries.items():
+        for (ns, cid), entry in list(self.entries.items()):  # entries made whole are set as it goes
             if entry.base is not None:
                 whole_base = made_whole.get(id(entry.base.line))
                 if whole_base is not None:  # same values, so it may go on extending them
