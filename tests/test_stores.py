@@ -555,6 +555,36 @@ def private_redis(tmp_path: Path) -> Iterator[Callable[[], None]]:
         process.wait()
 
 
+def test_redis_scripts_flushed(private_redis: Any) -> None:
+    """Scripts run by EVALSHA; a server that lost them (SCRIPT FLUSH, a restart) gets them again by EVAL."""
+    from telar_checkpoint.stores.redis import RedisStore
+
+    port, _start, _server = private_redis
+    store = RedisStore(f"redis://127.0.0.1:{port}", connect_timeout=2)
+    admin = redis_admin().from_url(f"redis://127.0.0.1:{port}")
+    try:
+        store.write("t", "a\n")
+        admin.script_flush()
+        version = store.version("t")
+        admin.script_flush()
+        assert store.append_if("t", "b\n", version) is not None
+
+        async def both() -> None:
+            admin.script_flush()
+            version = await store.aversion("t")
+            admin.script_flush()
+            assert await store.aappend_if("t", "c\n", version) is not None
+            admin.script_flush()
+            assert await store.aupdate("t", append("d\n")) == "a\nb\nc\nd\n"
+            await store.aclose()
+
+        asyncio.run(both())
+        assert store.read("t") == "a\nb\nc\nd\n"
+    finally:
+        admin.close()
+        store.close()
+
+
 def test_redis_server_down_then_back(private_redis: Any) -> None:
     from telar_checkpoint.stores.redis import RedisStore
 

@@ -20,7 +20,13 @@ also compacts a value of many chunks). A store of schema 1 (one row per
 thread) is migrated when first opened.
 
 Each operation is written once as a generator of ``(query, params)`` steps
-that receives each step's rows; a sync and an async driver run it.
+that receives each step's rows; a sync and an async driver run it. The
+operations of one statement (`read`, `version`, `append_if`) skip the
+generator and run their statement, pre-rendered to bytes, on a pooled
+connection directly. Before lending a connection, a pool polls its socket
+(no round trip): a connection the server closed has something to read (the
+server's farewell, or the end of the stream) and is then checked for real, and
+replaced if it fails.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import select
 import threading
 from collections.abc import Callable, Generator, Hashable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -122,6 +129,7 @@ class PostgresStore(Store):
         self._apool_task: asyncio.Task[AsyncConnectionPool] | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._hot: dict[str, bytes] | None = None
 
     # Operations, each written once as steps
 
@@ -142,20 +150,6 @@ class PostgresStore(Store):
             for statement in self._sql.migrate_v1:
                 yield statement, ()
         return SCHEMA_VERSION
-
-    def _read_steps(self, key: str) -> Steps:
-        rows = yield self._sql.read, (_key(key),)
-        return "".join(row[0] for row in rows) if rows else None
-
-    def _version_of_steps(self, key: str) -> Steps:
-        rows = yield self._sql.thread_version, (_key(key),)
-        return rows[0][0] if rows else None
-
-    def _append_if_steps(self, key: str, suffix: str, version: Hashable) -> Steps:
-        if not isinstance(version, int):
-            return None
-        rows = yield self._sql.append_if, (_key(key), version, _storable(suffix, key))
-        return rows[0][0] if rows else None
 
     def _update_steps(self, key: str, change: Change) -> Steps:
         """Runs in a transaction: the upsert locks the thread row (version 0: a placeholder, never committed)."""
@@ -208,8 +202,36 @@ class PostgresStore(Store):
         with self._errors(), self._connection() as conn, conn.transaction() if transaction else nullcontext():
             return _drive(steps, lambda query, params: _fetch(conn.execute(query, params)))
 
+    def _one(self, name: str, params: tuple[Any, ...]) -> Rows:
+        """The rows of one statement of `_Queries.hot`, run in autocommit: the path of the
+        frequent operations, without the steps driver or context managers."""
+        try:
+            pool = self._pool
+            if pool is None or self._pid != os.getpid():
+                pool = self._open_pool()
+            conn = pool.getconn()
+            try:
+                # Each hot statement returns rows (SELECT, or INSERT ... RETURNING).
+                return conn.execute(self._hot[name] if self._hot is not None else self._render(conn)[name], params).fetchall()
+            finally:
+                pool.putconn(conn)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"PostgreSQL server at {self.server}: {exc}".rstrip()) from exc
+
+    def _render(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> dict[str, bytes]:
+        """The hot statements as bytes, rendered once (quoting names as `conn` does)."""
+        self._hot = {name: query.as_bytes(conn) for name, query in self._sql.hot.items()}
+        return self._hot
+
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        pool = self._pool
+        if pool is None or self._pid != os.getpid():
+            pool = self._open_pool()
+        with pool.connection() as conn:
+            yield conn
+
+    def _open_pool(self) -> ConnectionPool:
         if self._pid != os.getpid():  # forked: the parent's pools and their threads are not ours
             self._pid, self._lock, self._pool, self._apool, self._apool_task = os.getpid(), threading.Lock(), None, None, None
         with self._lock:
@@ -219,11 +241,10 @@ class PostgresStore(Store):
                         _drive(self._setup_steps(), lambda q, p: _fetch(conn.execute(q, p)))
                     self._ready = True
                 self._pool = ConnectionPool(
-                    self.conninfo, kwargs=self._kwargs, check=ConnectionPool.check_connection,
+                    self.conninfo, kwargs=self._kwargs, check=_check_idle,
                     open=True, name=f"telar-{self.server}", **self._pool_options,
                 )  # fmt: skip
-        with self._pool.connection() as conn:
-            yield conn
+            return self._pool
 
     def close(self) -> None:
         with self._lock:
@@ -242,6 +263,24 @@ class PostgresStore(Store):
                 async with conn.transaction():
                     return await _adrive(steps, conn)
 
+    async def _aone(self, name: str, params: tuple[Any, ...]) -> Rows:
+        """`_one`, on the async pool."""
+        try:
+            task = self._apool_task  # the running loop's pool, when it is open: no need to await it
+            ready = task is not None and task.done() and not task.cancelled() and task.exception() is None
+            if ready and self._pid == os.getpid() and task.get_loop() is asyncio.get_running_loop():  # type: ignore[union-attr]
+                pool = task.result()  # type: ignore[union-attr]
+            else:
+                pool = await self._async_pool()
+            conn = await pool.getconn()
+            try:
+                cursor = await conn.execute(self._hot[name] if self._hot is not None else self._render(conn)[name], params)
+                return await cursor.fetchall()
+            finally:
+                await pool.putconn(conn)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreError(f"PostgreSQL server at {self.server}: {exc}".rstrip()) from exc
+
     async def _async_pool(self) -> AsyncConnectionPool:
         """The async pool of the running loop, opened on first use (a new loop gets a new pool)."""
         loop = asyncio.get_running_loop()
@@ -259,7 +298,7 @@ class PostgresStore(Store):
                     await _adrive(self._setup_steps(), conn)
             self._ready = True
         pool = AsyncConnectionPool(
-            self.conninfo, kwargs=self._kwargs, check=AsyncConnectionPool.check_connection,
+            self.conninfo, kwargs=self._kwargs, check=_acheck_idle,
             open=False, name=f"telar-async-{self.server}", **self._pool_options,
         )  # fmt: skip
         await pool.open()
@@ -276,13 +315,18 @@ class PostgresStore(Store):
     # The Store interface
 
     def read(self, key: str) -> str | None:
-        return self._run(self._read_steps(key))
+        rows = self._one("read", (_key(key),))
+        return "".join([row[0] for row in rows]) if rows else None
 
     def version(self, key: str) -> int | None:
-        return self._run(self._version_of_steps(key))
+        rows = self._one("thread_version", (_key(key),))
+        return rows[0][0] if rows else None
 
     def append_if(self, key: str, suffix: str, version: Hashable) -> int | None:
-        return self._run(self._append_if_steps(key, suffix, version))
+        if not isinstance(version, int):
+            return None
+        rows = self._one("append_if", (_key(key), version, _storable(suffix, key)))
+        return rows[0][0] if rows else None
 
     def update(self, key: str, change: Change) -> str | None:
         return self.update_versioned(key, change)[0]
@@ -305,13 +349,18 @@ class PostgresStore(Store):
         return self._run(self._version_steps())
 
     async def aread(self, key: str) -> str | None:
-        return await self._arun(self._read_steps(key))
+        rows = await self._aone("read", (_key(key),))
+        return "".join([row[0] for row in rows]) if rows else None
 
     async def aversion(self, key: str) -> int | None:
-        return await self._arun(self._version_of_steps(key))
+        rows = await self._aone("thread_version", (_key(key),))
+        return rows[0][0] if rows else None
 
     async def aappend_if(self, key: str, suffix: str, version: Hashable) -> int | None:
-        return await self._arun(self._append_if_steps(key, suffix, version))
+        if not isinstance(version, int):
+            return None
+        rows = await self._aone("append_if", (_key(key), version, _storable(suffix, key)))
+        return rows[0][0] if rows else None
 
     async def aupdate(self, key: str, change: Change) -> str | None:
         return (await self.aupdate_versioned(key, change))[0]
@@ -381,6 +430,34 @@ class _Queries:
         self.delete_thread = sql.SQL("DELETE FROM {} WHERE key = %s").format(threads)
         self.delete_chunks = sql.SQL("DELETE FROM {} WHERE key = %s").format(chunks)
         self.keys = sql.SQL("SELECT coalesce(full_key, key) FROM {} WHERE version <> 0").format(threads)
+        self.hot = {"read": self.read, "thread_version": self.thread_version, "append_if": self.append_if}
+
+
+if hasattr(select, "poll"):
+
+    def _readable(fd: int) -> bool:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+
+else:  # pragma: no cover - Windows
+
+    def _readable(fd: int) -> bool:
+        return bool(select.select([fd], [], [], 0)[0])
+
+
+def _check_idle(conn: psycopg.Connection[Any]) -> None:
+    """The pool's check before lending `conn`. An idle connection has nothing to read unless
+    the server spoke first (a terminated backend sends its error, then closes): only then is
+    it checked with a round trip, which raises when it is gone (and the pool replaces it)."""
+    if _readable(conn.pgconn.socket):
+        ConnectionPool.check_connection(conn)
+
+
+async def _acheck_idle(conn: psycopg.AsyncConnection[Any]) -> None:
+    """`_check_idle` for the async pool."""
+    if _readable(conn.pgconn.socket):
+        await AsyncConnectionPool.check_connection(conn)
 
 
 def _fetch(cursor: Any) -> Rows:

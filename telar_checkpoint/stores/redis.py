@@ -16,6 +16,12 @@ a `StoreError` naming the server, the value stays as it was, and the pool
 reconnects on the next call. Async methods use ``redis.asyncio``, with one
 client per event loop.
 
+The frequent commands (`read`, `version`, `append_if`, the compare-and-set)
+go straight to a connection of the client's pool (``send_command`` then
+``read_response``), skipping the client's per-command machinery (retry
+wrapper, observability records); scripts run by ``EVALSHA``, and by ``EVAL``
+(which also loads them) when the server does not have them.
+
 Schema 1 had no version tokens: its values are read as they are, and get a
 token on their next update.
 """
@@ -99,7 +105,16 @@ redis.call('SET', KEYS[2], ARGV[6])
 return length
 """
 
-_SCRIPTS = {"version": _VERSION, "append_if": _APPEND_IF, "compare_and_set": _COMPARE_AND_SET}
+
+class _Script:
+    """A Lua script's source and SHA-1, to run by EVALSHA."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source.encode()
+        self.sha = hashlib.sha1(self.source).hexdigest()
+
+
+_VERSION_SCRIPT, _APPEND_IF_SCRIPT, _COMPARE_AND_SET_SCRIPT = map(_Script, (_VERSION, _APPEND_IF, _COMPARE_AND_SET))
 
 
 def _encode(text: str) -> bytes:
@@ -196,11 +211,13 @@ class RedisStore(Store):
             self._client = redis.Redis.from_url(url, **self._options)
         except ValueError as exc:
             raise UsageError(f"not a Redis URL: {exc}") from exc
-        self._scripts = {name: self._client.register_script(source) for name, source in _SCRIPTS.items()}
+        # A client bound to one connection (single_connection_client), or caching replies on the
+        # client side (whose connections need the keys of each command), keeps the client's path.
+        self._direct = self._client.connection is None and getattr(self._client.connection_pool, "cache", None) is None
         params = self._client.connection_pool.connection_kwargs
         self.server = params.get("path") or f"{params.get('host', 'localhost')}:{params.get('port', 6379)}"
         self._ready = False
-        self._async: tuple[asyncio.AbstractEventLoop, Any, Any] | None = None
+        self._async: tuple[asyncio.AbstractEventLoop, Any, bool] | None = None
 
     def _raw_key(self, key: str) -> bytes:
         return self._values + _encode(key)
@@ -216,6 +233,26 @@ class RedisStore(Store):
             yield
         except redis.RedisError as exc:
             raise StoreError(f"Redis server at {self.server}: {exc}") from exc
+
+    def _command(self, *args: Any) -> Any:
+        """The reply to one command, sent on a connection of the pool (see the module's docs).
+        A connection error disconnects it (redis-py does), so the pool reconnects next time."""
+        if not self._direct:
+            return self._client.execute_command(*args)
+        pool = self._client.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_command(*args)
+            return conn.read_response()
+        finally:
+            pool.release(conn)
+
+    def _eval(self, script: _Script, keys: list[bytes], args: list[Any]) -> Any:
+        """The reply of `script`, by EVALSHA, or by EVAL when the server does not have it."""
+        try:
+            return self._command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return self._command("EVAL", script.source, len(keys), *keys, *args)
 
     def _check_version(self, recorded: bytes | None) -> list[Any] | None:
         """Refuses a newer schema; the arguments of a SET that records ours over schema 1, if needed."""
@@ -244,19 +281,24 @@ class RedisStore(Store):
 
     def read(self, key: str) -> str | None:
         with self._errors():
-            return _decode(self._client.get(self._raw_key(key)), key)
+            raw_key = self._raw_key(key)
+            return _decode(self._command("GET", raw_key) if self._direct else self._client.get(raw_key), key)
 
     def version(self, key: str) -> Version | None:
-        with self._errors():
-            return _version(self._scripts["version"](keys=self._raw_keys_of(key)))
+        try:
+            return _version(self._eval(_VERSION_SCRIPT, self._raw_keys_of(key), []))
+        except redis.RedisError as exc:
+            raise StoreError(f"Redis server at {self.server}: {exc}") from exc
 
     def append_if(self, key: str, suffix: str, version: Hashable) -> Version | None:
         expected = _expected(version)
         if expected is None:
             return None
         token = _token()
-        with self._errors():
-            length = self._scripts["append_if"](keys=self._raw_keys_of(key), args=[*expected, _encode(suffix), token])
+        try:
+            length = self._eval(_APPEND_IF_SCRIPT, self._raw_keys_of(key), [*expected, _encode(suffix), token])
+        except redis.RedisError as exc:
+            raise StoreError(f"Redis server at {self.server}: {exc}") from exc
         return None if length is None else (token, int(length))
 
     def update(self, key: str, change: Change) -> str | None:
@@ -273,7 +315,7 @@ class RedisStore(Store):
                 plan = _plan(raw_old, token, old, new)
                 if plan is None:
                     return new, _current(raw_old, token)
-                result = self._scripts["compare_and_set"](keys=keys, args=plan)
+                result = self._eval(_COMPARE_AND_SET_SCRIPT, keys, plan)
                 if result is not None:
                     return new, _outcome(plan, result)
                 _pause(attempt)
@@ -315,38 +357,56 @@ class RedisStore(Store):
 
     # Async: one client per event loop
 
-    def _async_client(self) -> tuple[Any, dict[str, Any]]:
+    def _async_client(self) -> Any:
         loop = asyncio.get_running_loop()
-        if self._async is None or self._async[0] is not loop:
+        held = self._async
+        if held is None or held[0] is not loop:
             client = redis.asyncio.Redis.from_url(self.url, **self._options)
-            self._async = (loop, client, {name: client.register_script(source) for name, source in _SCRIPTS.items()})
-        return self._async[1], self._async[2]
+            direct = not client.single_connection_client and getattr(client.connection_pool, "cache", None) is None
+            held = self._async = (loop, client, direct)
+        return held[1]
+
+    async def _acommand(self, *args: Any) -> Any:
+        """`_command` on the running loop's client."""
+        client = self._async_client()
+        if not self._async[2]:  # type: ignore[index]
+            return await client.execute_command(*args)
+        pool = client.connection_pool
+        conn = await pool.get_connection()
+        try:
+            await conn.send_command(*args)
+            return await conn.read_response()
+        finally:
+            await pool.release(conn)
+
+    async def _aeval(self, script: _Script, keys: list[bytes], args: list[Any]) -> Any:
+        try:
+            return await self._acommand("EVALSHA", script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return await self._acommand("EVAL", script.source, len(keys), *keys, *args)
 
     async def aread(self, key: str) -> str | None:
-        client, _scripts = self._async_client()
         with self._errors():
-            return _decode(await client.get(self._raw_key(key)), key)
+            return _decode(await self._acommand("GET", self._raw_key(key)), key)
 
     async def aversion(self, key: str) -> Version | None:
-        _client, scripts = self._async_client()
         with self._errors():
-            return _version(await scripts["version"](keys=self._raw_keys_of(key)))
+            return _version(await self._aeval(_VERSION_SCRIPT, self._raw_keys_of(key), []))
 
     async def aappend_if(self, key: str, suffix: str, version: Hashable) -> Version | None:
         expected = _expected(version)
         if expected is None:
             return None
-        _client, scripts = self._async_client()
         token = _token()
         with self._errors():
-            length = await scripts["append_if"](keys=self._raw_keys_of(key), args=[*expected, _encode(suffix), token])
+            length = await self._aeval(_APPEND_IF_SCRIPT, self._raw_keys_of(key), [*expected, _encode(suffix), token])
         return None if length is None else (token, int(length))
 
     async def aupdate(self, key: str, change: Change) -> str | None:
         return (await self.aupdate_versioned(key, change))[0]
 
     async def aupdate_versioned(self, key: str, change: Change) -> tuple[str | None, Version | None]:
-        client, scripts = self._async_client()
+        client = self._async_client()
         keys = self._raw_keys_of(key)
         with self._errors():
             if not self._ready:
@@ -360,7 +420,7 @@ class RedisStore(Store):
                 plan = _plan(raw_old, token, old, new)
                 if plan is None:
                     return new, _current(raw_old, token)
-                result = await scripts["compare_and_set"](keys=keys, args=plan)
+                result = await self._aeval(_COMPARE_AND_SET_SCRIPT, keys, plan)
                 if result is not None:
                     return new, _outcome(plan, result)
                 if attempt > 2:
@@ -368,12 +428,12 @@ class RedisStore(Store):
         raise StoreError(f"thread {key!r}: gave up after {MAX_ATTEMPTS} conflicting updates on {self.server}")
 
     async def adelete(self, key: str) -> None:
-        client, _scripts = self._async_client()
+        client = self._async_client()
         with self._errors():
             await client.delete(*self._raw_keys_of(key))
 
     async def akeys(self) -> list[str]:
-        client, _scripts = self._async_client()
+        client = self._async_client()
         with self._errors():
             raw = [k async for k in client.scan_iter(match=_glob_escape(self._prefix) + b"*", count=1000)]
         return self._split(raw)[0]
