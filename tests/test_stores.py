@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import shutil
 import socket
 import sqlite3
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -208,6 +210,29 @@ def test_schema_1_is_migrated(store: Store) -> None:
 
 
 # --- Concurrency ---
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open descriptors in /proc")
+def test_short_lived_threads_leave_no_open_handles(store: Store) -> None:
+    """LangGraph writes from executor threads made for each run: a store that tied a
+    connection or a descriptor to each thread would leak one per run."""
+
+    def one_write(i: int) -> None:
+        store.update("t", append(f"{i}\n"))
+        store.version("t")
+        store.read("t")
+
+    def run_in_new_thread(i: int) -> None:
+        worker = threading.Thread(target=one_write, args=(i,))
+        worker.start()
+        worker.join()
+
+    run_in_new_thread(0)
+    before = len(os.listdir("/proc/self/fd"))
+    for i in range(1, 80):
+        run_in_new_thread(i)
+    assert len(os.listdir("/proc/self/fd")) - before <= 12
+    assert store.read("t") == "".join(f"{i}\n" for i in range(80))
 
 
 def test_threads_lose_no_append(store: Store) -> None:

@@ -36,6 +36,7 @@ SCHEMA_VERSION = 2
 
 COMPACT_AT = 256
 """An update that extends a value held in this many chunks or more rewrites it as one chunk."""
+IDLE_KEPT = 8  # idle connections kept open for the next operations
 
 _SETUP = (
     "CREATE TABLE IF NOT EXISTS telar_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -97,24 +98,36 @@ class SQLiteStore(Store):
         self.fsync = fsync
         self.mode = mode
         self.append_in_sql = append_in_sql
-        self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
-        self._generation = 0  # bumped by close(), so threads drop their closed connections
+        self._idle: list[sqlite3.Connection] = []  # connections no operation holds, most recent last
+        self._generation = 0  # bumped by close(), so connections lent before it are closed on return
+        self._pid = os.getpid()
         self._ready = False
 
     # Connections
 
-    def _connection(self) -> sqlite3.Connection:
-        owner = (self._generation, os.getpid())
-        held = getattr(self._local, "held", None)
-        if held is not None and held[0] == owner:
-            return held[1]
-        conn = self._connect()
-        self._local.held = (owner, conn)
-        with self._lock:
-            self._connections.append(conn)
-        return conn
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one operation, its errors as StoreError. Connections are lent, not
+        tied to threads: LangGraph writes from short-lived executor threads, and a connection
+        per thread would open (and leak) one per invoke."""
+        with self._errors():
+            with self._lock:
+                if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
+                    self._pid, self._idle = os.getpid(), []
+                conn = self._idle.pop() if self._idle else None
+                generation = self._generation
+            if conn is None:
+                conn = self._connect()
+            try:
+                yield conn
+            finally:
+                with self._lock:
+                    keep = generation == self._generation and len(self._idle) < IDLE_KEPT and not conn.in_transaction
+                    if keep:
+                        self._idle.append(conn)
+                if not keep:
+                    conn.close()
 
     def _connect(self) -> sqlite3.Connection:
         if not self.path.exists():
@@ -168,8 +181,8 @@ class SQLiteStore(Store):
 
     def schema_version(self) -> int:
         """The schema version recorded in the database."""
-        with self._errors():
-            return int(self._connection().execute(_VERSION).fetchone()[0])
+        with self._connection() as conn:
+            return int(conn.execute(_VERSION).fetchone()[0])
 
     @contextmanager
     def _transaction(self, conn: sqlite3.Connection) -> Iterator[None]:
@@ -193,7 +206,7 @@ class SQLiteStore(Store):
 
     def close(self) -> None:
         with self._lock:
-            connections, self._connections = self._connections, []
+            connections, self._idle = self._idle, []
             self._generation += 1
         for conn in connections:
             conn.close()
@@ -201,21 +214,21 @@ class SQLiteStore(Store):
     # The Store interface
 
     def read(self, key: str) -> str | None:
-        with self._errors():
-            rows = self._connection().execute(_READ, (_encode(key),)).fetchall()
+        with self._connection() as conn:
+            rows = conn.execute(_READ, (_encode(key),)).fetchall()
         return _joined(rows, key)[0]
 
     def version(self, key: str) -> int | None:
         """The largest ``seq`` of the key's chunks: every write inserts a chunk, and seqs are never reused."""
-        with self._errors():
-            return self._connection().execute(_LATEST, (_encode(key),)).fetchone()[0]
+        with self._connection() as conn:
+            return conn.execute(_LATEST, (_encode(key),)).fetchone()[0]
 
     def append_if(self, key: str, suffix: str, version: Hashable) -> int | None:
         if not isinstance(version, int):
             return None
         raw_key = _encode(key)
-        with self._errors():
-            cursor = self._connection().execute(_APPEND_IF, (raw_key, _encode(suffix), raw_key, version))
+        with self._connection() as conn:
+            cursor = conn.execute(_APPEND_IF, (raw_key, _encode(suffix), raw_key, version))
             return cursor.lastrowid if cursor.rowcount == 1 else None
 
     def update(self, key: str, change: Change) -> str | None:
@@ -223,8 +236,7 @@ class SQLiteStore(Store):
 
     def update_versioned(self, key: str, change: Change) -> tuple[str | None, int | None]:
         raw_key = _encode(key)
-        with self._errors():
-            conn = self._connection()
+        with self._connection() as conn:
             with self._transaction(conn):
                 rows = conn.execute(_READ, (raw_key,)).fetchall()
                 old, version = _joined(rows, key)
@@ -242,12 +254,12 @@ class SQLiteStore(Store):
                 return new, conn.execute(_INSERT, (raw_key, _encode(new))).lastrowid
 
     def delete(self, key: str) -> None:
-        with self._errors():
-            self._connection().execute(_DELETE, (_encode(key),))
+        with self._connection() as conn:
+            conn.execute(_DELETE, (_encode(key),))
 
     def _raw_keys(self) -> list[bytes]:
-        with self._errors():
-            return [row[0] for row in self._connection().execute(_KEYS)]
+        with self._connection() as conn:
+            return [row[0] for row in conn.execute(_KEYS)]
 
     def keys(self) -> Iterator[str]:
         for raw in self._raw_keys():
