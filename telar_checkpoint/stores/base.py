@@ -68,9 +68,10 @@ class Store(ABC):
         acknowledging it. Lets the next writer append while this one waits for the disk."""
         return self.append_if(key, suffix, version)
 
-    def flush(self, key: str) -> None:
+    def flush(self, key: str, *, linger: float = 0.0) -> None:
         """Return once every write of `key` made so far is durable (a no-op where writes are
-        durable when they return)."""
+        durable when they return). `linger`: seconds it may first wait for another write of
+        `key` to share the work (a hint)."""
 
     def foreign(self) -> list[str]:
         """Entries in the store's space that are not values of this store (listed apart)."""
@@ -117,9 +118,9 @@ class Store(ABC):
             return await self.aappend_if(key, suffix, version)
         return await asyncio.to_thread(self.append_if_deferred, key, suffix, version)
 
-    async def aflush(self, key: str) -> None:
+    async def aflush(self, key: str, *, linger: float = 0.0) -> None:
         if type(self).flush is not Store.flush:
-            await asyncio.to_thread(self.flush, key)
+            await asyncio.to_thread(self.flush, key, linger=linger)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)

@@ -76,7 +76,11 @@ class _KeyLock:
         self.path = path
         self.local = threading.Lock()
         self.fd: int | None = None
+        self.fd_ino = 0
+        self.data: int | None = None  # the history file, kept open for appends (under the lock)
+        self.data_ino = 0
         self.sync_lock = threading.Lock()
+        self.appended = threading.Condition(threading.Lock())  # notified after each append
         self.written = 0  # appends finished (counted under the lock)
         self.synced = 0  # appends known to be on disk
 
@@ -87,20 +91,41 @@ class _KeyLock:
             if self.fd is None:
                 mkdir(self.path.parent)
                 self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+                self.fd_ino = os.fstat(self.fd).st_ino
             fcntl.flock(self.fd, fcntl.LOCK_EX)
             try:
                 current = os.stat(self.path).st_ino
             except FileNotFoundError:
                 current = None
-            if current == os.fstat(self.fd).st_ino:
+            if current == self.fd_ino:
                 return
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
             self.close()
 
     def release(self) -> None:
         if self.fd is not None:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
+    def append(self, path: Path, ino: int, data: bytes) -> _Signature:
+        """Append `data` to the history file at `path`, whose inode is `ino` (under the lock);
+        the file's signature after it."""
+        if self.data is None or self.data_ino != ino:
+            self.close_data()
+            self.data = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            self.data_ino = os.fstat(self.data).st_ino
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.data, view) :]
+        st = os.fstat(self.data)
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def close_data(self) -> None:
+        if self.data is not None:
+            os.close(self.data)
+            self.data = None
+
     def close(self) -> None:
+        self.close_data()
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -242,14 +267,17 @@ class FileStore(Store):
             new = change(old)
             if new is None:
                 if old is not None:
+                    lock.close_data()
                     self._remove(key)
                 return None, None
-            if old is not None and new.startswith(old):
-                if len(new) > len(old):
-                    ticket = self._append(key, lock, new[len(old) :])
+            signature = self._signature(self.path(key)) if old is not None else None
+            if signature is not None and new.startswith(old):  # type: ignore[arg-type]
+                if len(new) > len(old):  # type: ignore[arg-type]
+                    ticket, signature = self._append(lock, key, signature[0], new[len(old) :])  # type: ignore[arg-type]
             else:
+                lock.close_data()
                 self._replace(key, new)
-            signature = self._signature(self.path(key))
+                signature = self._signature(self.path(key))
             if signature is not None:
                 self._remember(key, signature, new)
         self._sync(key, lock, ticket)
@@ -266,19 +294,27 @@ class FileStore(Store):
 
     def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> _Signature | None:
         with self._lock(key) as lock:
-            if version is None or self._signature(self.path(key)) != version:
+            signature = self._signature(self.path(key))
+            if version is None or signature is None or signature != version:
                 return None
             self._texts.pop(key, None)
-            self._append(key, lock, suffix)
-            return self._signature(self.path(key))
+            return self._append(lock, key, signature[0], suffix)[1]
 
-    def flush(self, key: str) -> None:
+    def flush(self, key: str, *, linger: float = 0.0) -> None:
+        """Return once every append of `key` so far is on disk. With `linger`, first wait up to
+        that many seconds for another append of `key`, so that one fsync serves both (group
+        commit, as PostgreSQL's ``commit_delay``)."""
         lock = self._key_lock(key)
-        self._sync(key, lock, lock.written)
+        ticket = lock.written
+        if linger and self.fsync and lock.synced < ticket:
+            with lock.appended:
+                lock.appended.wait_for(lambda: lock.written > ticket or lock.synced >= ticket, timeout=linger)
+        self._sync(key, lock, ticket)
 
     def delete(self, key: str) -> None:
-        with self._lock(key):
+        with self._lock(key) as lock:
             self._texts.pop(key, None)
+            lock.close_data()
             self._remove(key)
 
     def _remove(self, key: str) -> None:
@@ -289,17 +325,14 @@ class FileStore(Store):
             except FileNotFoundError:
                 pass
 
-    def _append(self, key: str, lock: _KeyLock, text: str) -> int:
-        """Append under the thread's lock; the ticket to pass to `_sync` once the lock is released."""
-        data = memoryview(text.encode("utf-8", "surrogatepass"))
-        fd = os.open(self.path(key), os.O_WRONLY | os.O_APPEND)
-        try:
-            while data:
-                data = data[os.write(fd, data) :]
-        finally:
-            os.close(fd)
+    def _append(self, lock: _KeyLock, key: str, ino: int, text: str) -> tuple[int, _Signature]:
+        """Append under the thread's lock to its file (inode `ino`): the ticket to pass to
+        `_sync` once the lock is released, and the file's signature."""
+        signature = lock.append(self.path(key), ino, text.encode("utf-8", "surrogatepass"))
         lock.written += 1
-        return lock.written
+        with lock.appended:
+            lock.appended.notify_all()
+        return lock.written, signature
 
     def _sync(self, key: str, lock: _KeyLock, ticket: int) -> None:
         """Return once append `ticket` is on disk: one fsync serves every append made before it."""
