@@ -15,6 +15,7 @@ lock costs one system call. Files and directories are created owner-only
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import tempfile
@@ -39,6 +40,7 @@ _LOCKS = ".locks"
 _TMP = ".tmp"
 
 
+@functools.lru_cache(maxsize=1024)
 def encode_name(key: str) -> str:
     """The relative path that holds `key` (reversible with `decode_name`, or for a very long
     key through the `.key` file beside it)."""
@@ -119,10 +121,16 @@ class _KeyLock:
         st = os.fstat(self.data)
         return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
+    def sync(self) -> None:
+        """fsync the history file (under `sync_lock`, which `close_data` takes too)."""
+        if self.data is not None:
+            os.fsync(self.data)
+
     def close_data(self) -> None:
         if self.data is not None:
-            os.close(self.data)
-            self.data = None
+            with self.sync_lock:  # not while an fsync uses it
+                os.close(self.data)
+                self.data = None
 
     def close(self) -> None:
         self.close_data()
@@ -342,14 +350,9 @@ class FileStore(Store):
             if lock.synced >= ticket:
                 return
             target = lock.written
-            try:
-                fd = os.open(self.path(key), os.O_RDONLY)
-            except FileNotFoundError:  # deleted since: nothing of it to keep
-                return
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            # The file appended to, kept open; closed only when it was removed or rewritten
+            # (a rewrite is fsynced whole, appends included) or the lock was evicted.
+            lock.sync()
             lock.synced = target
 
     def _replace(self, key: str, text: str) -> None:
