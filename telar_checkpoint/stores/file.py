@@ -28,6 +28,7 @@ from urllib.parse import unquote_to_bytes
 
 from telar_checkpoint.errors import ForeignDataError, StoreError
 from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.group_commit import GroupCommit
 
 SUFFIX = ".jsonl"
 _SEGMENT = 200  # characters of an encoded name per path component
@@ -81,10 +82,7 @@ class _KeyLock:
         self.fd_ino = 0
         self.data: int | None = None  # the history file, kept open for appends (under the lock)
         self.data_ino = 0
-        self.sync_lock = threading.Lock()
-        self.appended = threading.Condition(threading.Lock())  # notified after each append
-        self.written = 0  # appends finished (counted under the lock)
-        self.synced = 0  # appends known to be on disk
+        self.commits = GroupCommit()  # appends are counted under the lock
 
     def acquire(self, mode: int, mkdir: Callable[[Path], None]) -> None:
         """Hold the lock file (the local lock is held). A lock file removed or replaced
@@ -122,13 +120,15 @@ class _KeyLock:
         return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def sync(self) -> None:
-        """fsync the history file (under `sync_lock`, which `close_data` takes too)."""
+        """fsync the history file (under the commits' `sync_lock`, which `close_data` takes too).
+        It is closed only when removed or rewritten (a rewrite is fsynced whole, appends
+        included) or when the lock is evicted (with nothing left to sync)."""
         if self.data is not None:
             os.fsync(self.data)
 
     def close_data(self) -> None:
         if self.data is not None:
-            with self.sync_lock:  # not while an fsync uses it
+            with self.commits.sync_lock:  # not while an fsync uses it
                 os.close(self.data)
                 self.data = None
 
@@ -207,7 +207,7 @@ class FileStore(Store):
                 for old_key in list(self._locks)[: max(0, len(self._locks) - LOCKS_KEPT)]:
                     old = self._locks[old_key]
                     if old.local.acquire(blocking=False):  # in use: keep it for now
-                        if old.synced == old.written or not self.fsync:  # else a flush still needs it
+                        if not old.commits.pending or not self.fsync:  # else a flush still needs it
                             del self._locks[old_key]
                             old.close()
                         old.local.release()
@@ -288,7 +288,7 @@ class FileStore(Store):
                 signature = self._signature(self.path(key))
             if signature is not None:
                 self._remember(key, signature, new)
-        self._sync(key, lock, ticket)
+        self._sync(lock, ticket)
         return new, signature
 
     def version(self, key: str) -> _Signature | None:
@@ -313,11 +313,7 @@ class FileStore(Store):
         that many seconds for another append of `key`, so that one fsync serves both (group
         commit, as PostgreSQL's ``commit_delay``)."""
         lock = self._key_lock(key)
-        ticket = lock.written
-        if linger and self.fsync and lock.synced < ticket:
-            with lock.appended:
-                lock.appended.wait_for(lambda: lock.written > ticket or lock.synced >= ticket, timeout=linger)
-        self._sync(key, lock, ticket)
+        self._sync(lock, lock.commits.written, linger)
 
     def delete(self, key: str) -> None:
         with self._lock(key) as lock:
@@ -337,23 +333,12 @@ class FileStore(Store):
         """Append under the thread's lock to its file (inode `ino`): the ticket to pass to
         `_sync` once the lock is released, and the file's signature."""
         signature = lock.append(self.path(key), ino, text.encode("utf-8", "surrogatepass"))
-        lock.written += 1
-        with lock.appended:
-            lock.appended.notify_all()
-        return lock.written, signature
+        return lock.commits.wrote(), signature
 
-    def _sync(self, key: str, lock: _KeyLock, ticket: int) -> None:
+    def _sync(self, lock: _KeyLock, ticket: int, linger: float = 0.0) -> None:
         """Return once append `ticket` is on disk: one fsync serves every append made before it."""
-        if not self.fsync or not ticket:
-            return
-        with lock.sync_lock:
-            if lock.synced >= ticket:
-                return
-            target = lock.written
-            # The file appended to, kept open; closed only when it was removed or rewritten
-            # (a rewrite is fsynced whole, appends included) or the lock was evicted.
-            lock.sync()
-            lock.synced = target
+        if self.fsync and ticket:
+            lock.commits.flush(ticket, lock.sync, linger)
 
     def _replace(self, key: str, text: str) -> None:
         target = self.path(key)

@@ -3,8 +3,11 @@
 The database runs in WAL mode, so readers never wait for a writer. Each
 update is a ``BEGIN IMMEDIATE`` transaction (writers queue on SQLite's lock,
 across threads and processes, for up to `timeout` seconds) that is rolled back
-on any exception. Each thread (and each process, after a fork) gets its own
-connection. Keys and values are stored as the exact UTF-8 bytes of the string
+on any exception. Connections are lent to one operation at a time (a process
+after a fork opens its own). Commits run with ``synchronous=NORMAL`` and the
+store then fsyncs the WAL file itself, which is what ``synchronous=FULL`` does
+at each commit, but once for every commit made before it began (group commit,
+see `stores.group_commit`): a write is durable when it returns. Keys and values are stored as the exact UTF-8 bytes of the string
 (``surrogatepass``), keys as BLOBs and values as TEXT, so any Python string
 round-trips.
 
@@ -30,6 +33,7 @@ from pathlib import Path
 
 from telar_checkpoint.errors import StoreError, StoredDataError
 from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.group_commit import GroupCommit
 
 SCHEMA_VERSION = 2
 """The layout of our tables; 1 is migrated, a database recording a newer one is refused."""
@@ -89,8 +93,8 @@ class SQLiteStore(Store):
         mode: int = 0o600,
         append_in_sql: bool = True,
     ) -> None:
-        """`timeout`: seconds to wait for another writer; `fsync`: ``synchronous=FULL``
-        (else ``NORMAL``); `mode`: permissions of a new database file;
+        """`timeout`: seconds to wait for another writer; `fsync`: a write returns once its
+        commit is on disk (else it may be lost on power loss, never corrupted); `mode`: permissions of a new database file;
         `append_in_sql`: an update that extends a value inserts the suffix as a chunk (False rewrites
         the value whole)."""
         self.path = Path(path)
@@ -103,6 +107,7 @@ class SQLiteStore(Store):
         self._generation = 0  # bumped by close(), so connections lent before it are closed on return
         self._pid = os.getpid()
         self._ready = False
+        self._commits = GroupCommit()
 
     # Connections
 
@@ -139,7 +144,7 @@ class SQLiteStore(Store):
             if conn.execute("PRAGMA encoding").fetchone()[0] != b"UTF-8":
                 raise StoreError(f"SQLite database {self.path} is not UTF-8 encoded; use a new file")
             self._use_wal(conn)
-            conn.execute(f"PRAGMA synchronous = {'FULL' if self.fsync else 'NORMAL'}")
+            conn.execute("PRAGMA synchronous = NORMAL")  # the WAL is fsynced by `flush`
             if not self._ready:
                 self._setup(conn)
         except BaseException:
@@ -224,17 +229,51 @@ class SQLiteStore(Store):
             return conn.execute(_LATEST, (_encode(key),)).fetchone()[0]
 
     def append_if(self, key: str, suffix: str, version: Hashable) -> int | None:
+        new_version = self.append_if_deferred(key, suffix, version)
+        if new_version is not None:
+            self.flush(key)
+        return new_version
+
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> int | None:
         if not isinstance(version, int):
             return None
         raw_key = _encode(key)
         with self._connection() as conn:
             cursor = conn.execute(_APPEND_IF, (raw_key, _encode(suffix), raw_key, version))
-            return cursor.lastrowid if cursor.rowcount == 1 else None
+            if cursor.rowcount != 1:
+                return None
+        self._commits.wrote()
+        return cursor.lastrowid
+
+    def flush(self, key: str, *, linger: float = 0.0) -> None:
+        """Return once every commit of this store so far is on disk (see the module docstring)."""
+        if self.fsync:
+            self._commits.flush(self._commits.written, self._sync_wal, linger)
+
+    def _sync_wal(self) -> None:
+        try:
+            fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:  # checkpointed into the database file, which SQLite synced then
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _durable(self) -> None:
+        """Count a commit and return once it is on disk."""
+        self._commits.wrote()
+        self.flush("")
 
     def update(self, key: str, change: Change) -> str | None:
         return self.update_versioned(key, change)[0]
 
     def update_versioned(self, key: str, change: Change) -> tuple[str | None, int | None]:
+        result = self._update(key, change)
+        self._durable()
+        return result
+
+    def _update(self, key: str, change: Change) -> tuple[str | None, int | None]:
         raw_key = _encode(key)
         with self._connection() as conn:
             with self._transaction(conn):
@@ -256,6 +295,7 @@ class SQLiteStore(Store):
     def delete(self, key: str) -> None:
         with self._connection() as conn:
             conn.execute(_DELETE, (_encode(key),))
+        self._durable()
 
     def _raw_keys(self) -> list[bytes]:
         with self._connection() as conn:

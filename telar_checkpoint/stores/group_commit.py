@@ -1,0 +1,47 @@
+"""Group commit: one fsync serves every write made before it started.
+
+A store counts its writes (`wrote`, under its own write lock) and makes them
+durable in `flush`: a writer whose write an fsync already covers returns at
+once; otherwise it waits for the fsync in progress, then starts one that covers
+every write so far. `linger` lets a writer wait a little for the next write
+first, so that one fsync serves both (PostgreSQL's ``commit_delay``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+class GroupCommit:
+    """The counters and locks of group commit for one file."""
+
+    def __init__(self) -> None:
+        self.sync_lock = threading.Lock()  # held while an fsync runs
+        self._wrote = threading.Condition(threading.Lock())  # notified after each write
+        self.written = 0  # writes made (counted under the store's write lock)
+        self.synced = 0  # writes known to be on disk
+
+    @property
+    def pending(self) -> bool:
+        return self.synced < self.written
+
+    def wrote(self) -> int:
+        """Count a write; its ticket for `flush`."""
+        self.written += 1
+        ticket = self.written
+        with self._wrote:
+            self._wrote.notify_all()
+        return ticket
+
+    def flush(self, ticket: int, sync: Callable[[], None], linger: float = 0.0) -> None:
+        """Return once write `ticket` is durable, calling `sync` (an fsync) if no other did."""
+        if linger and self.synced < ticket:
+            with self._wrote:
+                self._wrote.wait_for(lambda: self.written > ticket or self.synced >= ticket, timeout=linger)
+        with self.sync_lock:
+            if self.synced >= ticket:
+                return
+            target = self.written
+            sync()
+            self.synced = target
