@@ -33,10 +33,10 @@ from telar_checkpoint.parse_cache import VersionedHistories
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.file import FileStore
-from telar_checkpoint.writer_locks import WriterLocks
+from telar_checkpoint.writer_locks import Lingers, WriterLocks
 
 DEFAULT_DIRECTORY = ".telar-checkpoint"
-WRITES_LINGER = 0.002  # seconds a put_writes may wait for the next write to share its fsync
+WRITES_LINGER = 0.002  # at most, seconds a put_writes may wait for the next write to share its fsync
 Version = int | str
 
 
@@ -75,6 +75,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self.codec = CheckpointCodec(serde)
         self._histories = VersionedHistories()
         self._writers = WriterLocks()
+        self._lingers = Lingers(WRITES_LINGER)
 
     @classmethod
     def from_conn_string(cls, url: str, **options: Any) -> _SaverContext:
@@ -161,15 +162,16 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         if new is not None and version is not None:
             self._histories.keep(thread_id, version, self.codec.parse(thread_id, new))
 
-    def _write(self, thread_id: str, make_lines: Any, change: Any, linger: float = 0.0) -> None:
+    def _write(self, thread_id: str, make_lines: Any, change: Any, writes: bool = False) -> None:
         """Append the change's lines when the kept history is current, else update whole.
 
         Writers of the thread take turns until their lines are appended; each then waits
         for the disk on its own, so the next one can append meanwhile. Pending writes
-        linger (`WRITES_LINGER`): LangGraph puts the step's checkpoint right after them,
-        and one fsync then serves both."""
+        may linger (see `Lingers`): LangGraph puts the step's checkpoint right after
+        them, and one fsync then serves both."""
         with self._writers.sync(thread_id):
             appended = self._write_now(thread_id, make_lines, change)
+            linger = self._lingers.wrote(thread_id, writes=writes)
         if appended:
             self.store.flush(thread_id, linger=linger)
 
@@ -186,9 +188,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self._after_update(thread_id, *self.store.update_versioned(thread_id, change))
         return False
 
-    async def _awrite(self, thread_id: str, make_lines: Any, change: Any, linger: float = 0.0) -> None:
+    async def _awrite(self, thread_id: str, make_lines: Any, change: Any, writes: bool = False) -> None:
         async with self._writers.async_(thread_id):
             appended = await self._awrite_now(thread_id, make_lines, change)
+            linger = self._lingers.wrote(thread_id, writes=writes)
         if appended:
             await self.store.aflush(thread_id, linger=linger)
 
@@ -316,7 +319,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, ns, cid, items = self._writes(config, writes)
-        self._write(thread_id, *self._writes_change(thread_id, ns, cid, task_id, items, task_path), WRITES_LINGER)
+        self._write(thread_id, *self._writes_change(thread_id, ns, cid, task_id, items, task_path), writes=True)
 
     def delete_thread(self, thread_id: str) -> None:
         self.store.delete(str(thread_id))
@@ -377,7 +380,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, ns, cid, items = self._writes(config, writes)
-        await self._awrite(thread_id, *self._writes_change(thread_id, ns, cid, task_id, items, task_path), WRITES_LINGER)
+        await self._awrite(thread_id, *self._writes_change(thread_id, ns, cid, task_id, items, task_path), writes=True)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self.store.adelete(str(thread_id))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 
 STRIPES = 64
@@ -44,3 +45,33 @@ class WriterLocks:
             with self._guard:
                 locks = self._async.setdefault(loop, [asyncio.Lock() for _ in self._sync])
         return locks[self._stripe(thread_id)]
+
+
+class Lingers:
+    """How long a thread's pending writes may wait for the next write to share its fsync.
+
+    LangGraph follows a task's `put_writes` with the step's `put` within a
+    millisecond or so. The gap between a `put_writes` and the next write of its
+    thread is learned (a moving average per stripe); a `put_writes` lingers only
+    when that gap has been short, up to twice the average and at most `limit`
+    seconds, so that a `put_writes` no write follows soon does not wait at all.
+    """
+
+    def __init__(self, limit: float, stripes: int = STRIPES) -> None:
+        self.limit = limit
+        self._last = [0.0] * stripes  # when the last put_writes of the stripe was written
+        self._gap = [limit * 2] * stripes  # average gap to the next write (starts: too long)
+
+    def _stripe(self, thread_id: str) -> int:
+        return hash(thread_id) % len(self._last)
+
+    def wrote(self, thread_id: str, *, writes: bool) -> float:
+        """Record a write of `thread_id`; for pending writes, how long to linger."""
+        i, now = self._stripe(thread_id), time.monotonic()
+        if self._last[i]:
+            self._gap[i] = 0.7 * self._gap[i] + 0.3 * (now - self._last[i])
+            self._last[i] = 0.0
+        if not writes:
+            return 0.0
+        self._last[i] = now
+        return min(self.limit, 2 * self._gap[i]) if self._gap[i] < self.limit else 0.0

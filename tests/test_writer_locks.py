@@ -1,0 +1,72 @@
+"""Writers of a thread take turns, and pending writes linger only when a write follows soon."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from telar_checkpoint import writer_locks
+from telar_checkpoint.writer_locks import Lingers, WriterLocks
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_pending_writes_linger_only_once_writes_followed_them_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(writer_locks.time, "monotonic", clock)
+    lingers = Lingers(0.002)
+    assert lingers.wrote("t", writes=True) == 0.0  # nothing learned yet: no waiting
+    for _ in range(10):  # LangGraph's pattern: a put 0.5 ms after each put_writes
+        clock.now += 0.0005
+        assert lingers.wrote("t", writes=False) == 0.0  # a put never lingers
+        clock.now += 0.0003
+        linger = lingers.wrote("t", writes=True)
+    assert 0.0005 < linger <= 0.002
+    for _ in range(10):  # put_writes that nothing follows soon (50 ms later)
+        clock.now += 0.05
+        assert lingers.wrote("t", writes=False) == 0.0
+        clock.now += 0.0003
+        linger = lingers.wrote("t", writes=True)
+    assert linger == 0.0
+
+
+def test_writers_of_a_thread_take_turns_in_threads_and_coroutines() -> None:
+    locks = WriterLocks()
+    assert locks.sync("a") is locks.sync("a")
+    inside, most = [0], [0]
+
+    def work() -> None:
+        for _ in range(200):
+            with locks.sync("a"):
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1
+
+    async def main() -> int:
+        async def one() -> None:
+            async with locks.async_("a"):
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+                await asyncio.sleep(0)
+                inside[0] -= 1
+
+        await asyncio.gather(*(one() for _ in range(20)))
+        return most[0]
+
+    most[0] = 0
+    assert asyncio.run(main()) == 1
