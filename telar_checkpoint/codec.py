@@ -74,7 +74,8 @@ class CheckpointCodec:
         """The record's line, and the items of each list channel it was encoded from."""
         cp = record.checkpoint
         parent = history.get(record.checkpoint_ns, record.parent_id) if history and record.parent_id else None
-        values, appended, sources = self._values(cp.get("channel_values", {}), parent)
+        written = history.written.pop(record.checkpoint_ns, frozenset()) if history else frozenset()
+        values, appended, sources = self._values(cp.get("channel_values", {}), parent, written)
         plain = {k: cp[k] for k in PLAIN_CHECKPOINT_KEYS if k in cp}
         extra = {
             k: self.values.encode(v)
@@ -95,15 +96,17 @@ class CheckpointCodec:
         return line, sources
 
     def _values(
-        self, channel_values: dict[str, Any], parent: Entry | None
+        self, channel_values: dict[str, Any], parent: Entry | None, written: frozenset[int] = frozenset()
     ) -> tuple[dict[str, Any], dict[str, list[Any]], dict[str, list[Any]]]:
         """Encoded values, the list channels that only grew since `parent` (as the items
         added), and the items each list was encoded from.
 
         A list whose first items are the very objects the parent's list was encoded
-        from encodes only the items after them: LangGraph state is updated by new
-        values, never changed in place, so the same object encodes the same. Any
-        other list is encoded whole and compared with the parent's as JSON.
+        from encodes only the items after them: LangGraph updates state with the values
+        tasks return, so an object encodes the same unless it was handed back in a
+        pending write since (`written`, ids), say edited in place and returned, as
+        `add_messages` allows by id. Any other list is encoded whole and compared with
+        the parent's as JSON.
         """
         values: dict[str, Any] = {}
         appended: dict[str, list[Any]] = {}
@@ -113,7 +116,12 @@ class CheckpointCodec:
                 sources[channel] = list(value)
                 # Taken, not shared: only the newest entry keeps its items (memory stays O(state)).
                 before = parent.sources.pop(channel, None) if parent is not None else None
-                if before is not None and len(before) <= len(value) and all(map(operator.is_, before, value)):
+                if (
+                    before is not None
+                    and len(before) <= len(value)
+                    and all(map(operator.is_, before, value))
+                    and not (written and any(map(written.__contains__, map(id, before))))
+                ):
                     added = self.values.encode(value[len(before) :])
                     if parent.depth(channel) < MAX_CHAIN:  # type: ignore[union-attr]
                         appended[channel] = added
@@ -215,6 +223,8 @@ class CheckpointCodec:
         """Add pending writes `(idx, channel, value)` of one task to `history` (an editable clone);
         the lines to append ([] when nothing changed), or None when it must be rewritten whole."""
         encoded = [(idx, ch, self.values.encode(v)) for idx, ch, v in writes]
+        handed = {id(v) for _, _, v in writes} | {id(item) for _, _, v in writes if type(v) is list for item in v}
+        history.written[checkpoint_ns] = history.written.get(checkpoint_ns, frozenset()) | handed
         line = history.add_writes(checkpoint_ns, checkpoint_id, task_id, task_path, encoded)
         if history.torn is not None:
             return None

@@ -124,6 +124,9 @@ class History:
         self._latest: dict[str, str] = {}  # namespace -> latest id, kept while only appending
         self.line_count = 0  # complete lines of the string this history was read from or rendered to
         self.holds_trimmed = False  # the string still holds lines a later floor trimmed (see `_apply_floor`)
+        # ids of the objects pending writes handed in since each namespace's last put (a memo,
+        # never stored): a list item among them is encoded again (see `CheckpointCodec._values`)
+        self.written: dict[str, frozenset[int]] = {}
 
     def clone(self) -> History:
         """A copy to change while readers keep using this one (entries are copied on write)."""
@@ -135,6 +138,7 @@ class History:
         other._latest = dict(self._latest)
         other.line_count = self.line_count
         other.holds_trimmed = self.holds_trimmed
+        other.written = dict(self.written)
         return other
 
     # --- reading and writing -------------------------------------------------

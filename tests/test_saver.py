@@ -149,3 +149,45 @@ def test_editing_projections_changes_nothing_the_saver_returns(store) -> None:
     store.write("t", "".join(orjson.dumps(line).decode() + "\n" for line in lines))
     after = list(TelarSaver(store).list(config()))
     assert after == before and after[0].metadata["source"] == "loop"
+
+
+def _editing_graph(checkpointer):
+    """A node that edits the last message in place and returns it (add_messages replaces by id)."""
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    def say(state: MessagesState) -> dict:
+        return {"messages": [AIMessage(content="draft", id=f"ai-{len(state['messages'])}")]}
+
+    def edit(state: MessagesState) -> dict:
+        message = state["messages"][-1]
+        message.content = "final"  # in place, then handed back
+        message.additional_kwargs["edited"] = True
+        return {"messages": [message]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("say", say)
+    builder.add_node("edit", edit)
+    builder.add_edge(START, "say")
+    builder.add_edge("say", "edit")
+    builder.add_edge("edit", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def test_a_message_edited_in_place_and_returned_is_stored_edited(store) -> None:
+    """The identity memo (encode only new list items) must not keep the old text of an object
+    a task changed and handed back: what a fresh saver reads equals InMemorySaver's state."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    reference = _editing_graph(InMemorySaver())
+    ours = _editing_graph(TelarSaver(store))
+    for turn in range(3):
+        for graph in (reference, ours):
+            graph.invoke({"messages": [HumanMessage(content=f"hi {turn}", id=f"h-{turn}")]}, config(), durability="sync")
+    fresh = _editing_graph(TelarSaver(store))  # reads the stored lines, no memo
+    expected = reference.get_state(config()).values["messages"]
+    assert [m.content for m in expected].count("final") == 3
+    assert fresh.get_state(config()).values["messages"] == expected
+    history = [s.values["messages"] for s in fresh.get_state_history(config())]
+    assert history == [s.values["messages"] for s in reference.get_state_history(config())]
