@@ -51,16 +51,23 @@ class Lingers:
     """How long a thread's pending writes may wait for the next write to share its fsync.
 
     LangGraph follows a task's `put_writes` with the step's `put` within a
-    millisecond or so. The gap between a `put_writes` and the next write of its
-    thread is learned (a moving average per stripe); a `put_writes` lingers only
-    when that gap has been short, up to twice the average and at most `limit`
-    seconds, so that a `put_writes` no write follows soon does not wait at all.
+    millisecond or so, from another thread. The gap between a `put_writes` and the
+    next write of its thread is learned (a moving average per stripe); a
+    `put_writes` lingers only when that gap has been short, up to twice the average
+    and at most `limit` seconds. A linger that no write ended (a caller that writes
+    one thing after another, say) was futile: lingering then backs off, skipping
+    twice as many `put_writes` each time (up to `MAX_SKIP`), until one pays off.
     """
+
+    MAX_SKIP = 64
 
     def __init__(self, limit: float, stripes: int = STRIPES) -> None:
         self.limit = limit
         self._last = [0.0] * stripes  # when the last put_writes of the stripe was written
+        self._lingered = [0.0] * stripes  # how long it lingered
         self._gap = [limit * 2] * stripes  # average gap to the next write (starts: too long)
+        self._backoff = [0] * stripes  # put_writes to skip after futile lingers, and the next backoff
+        self._skip = [0] * stripes
 
     def _stripe(self, thread_id: str) -> int:
         return hash(thread_id) % len(self._last)
@@ -69,9 +76,21 @@ class Lingers:
         """Record a write of `thread_id`; for pending writes, how long to linger."""
         i, now = self._stripe(thread_id), time.monotonic()
         if self._last[i]:
-            self._gap[i] = 0.7 * self._gap[i] + 0.3 * (now - self._last[i])
+            gap = now - self._last[i]
+            self._gap[i] = 0.7 * self._gap[i] + 0.3 * gap
+            if self._lingered[i]:
+                if gap >= self._lingered[i]:  # futile: nothing came while it waited
+                    self._backoff[i] = min(self.MAX_SKIP, 2 * self._backoff[i] or 1)
+                    self._skip[i] = self._backoff[i]
+                else:
+                    self._backoff[i] = 0
             self._last[i] = 0.0
         if not writes:
             return 0.0
         self._last[i] = now
-        return min(self.limit, 2 * self._gap[i]) if self._gap[i] < self.limit else 0.0
+        linger = min(self.limit, 2 * self._gap[i]) if self._gap[i] < self.limit else 0.0
+        if linger and self._skip[i]:
+            self._skip[i] -= 1
+            linger = 0.0
+        self._lingered[i] = linger
+        return linger

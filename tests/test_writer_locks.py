@@ -38,6 +38,22 @@ def test_pending_writes_linger_only_once_writes_followed_them_soon(monkeypatch: 
     assert linger == 0.0
 
 
+def test_futile_lingers_back_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller that writes one thing after another cannot end a linger: after a few
+    futile ones, most put_writes no longer linger."""
+    clock = Clock()
+    monkeypatch.setattr(writer_locks.time, "monotonic", clock)
+    lingers = Lingers(0.002)
+    waited = []
+    for _ in range(200):
+        linger = lingers.wrote("t", writes=True)
+        waited.append(linger)
+        clock.now += linger + 0.0001  # the next write comes only once the linger is over
+        lingers.wrote("t", writes=False)
+        clock.now += 0.0001
+    assert sum(1 for w in waited[50:] if w) <= 5
+
+
 def test_writers_of_a_thread_take_turns_in_threads_and_coroutines() -> None:
     locks = WriterLocks()
     assert locks.sync("a") is locks.sync("a")
