@@ -298,7 +298,9 @@ class PostgresStore(Store):
                     await _adrive(self._setup_steps(), conn)
             self._ready = True
         pool = AsyncConnectionPool(
-            self.conninfo, kwargs=self._kwargs, check=_acheck_idle,
+            # The async pool keeps psycopg's own check: polling the socket here left the pool's
+            # tasks unable to finish when a loop closed with the pool open (a hang, 1 run in 10).
+            self.conninfo, kwargs=self._kwargs, check=AsyncConnectionPool.check_connection,
             open=False, name=f"telar-async-{self.server}", **self._pool_options,
         )  # fmt: skip
         await pool.open()
@@ -453,11 +455,6 @@ def _check_idle(conn: psycopg.Connection[Any]) -> None:
     if _readable(conn.pgconn.socket):
         ConnectionPool.check_connection(conn)
 
-
-async def _acheck_idle(conn: psycopg.AsyncConnection[Any]) -> None:
-    """`_check_idle` for the async pool."""
-    if _readable(conn.pgconn.socket):
-        await AsyncConnectionPool.check_connection(conn)
 
 
 def _fetch(cursor: Any) -> Rows:
