@@ -107,7 +107,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         serde = derive(extra_allowlist)
         if serde is self.codec.values.serde:
             return self
-        return type(self)(self.store, max_history=self.max_history, serde=serde)
+        clone = type(self)(self.store, max_history=self.max_history, serde=serde)
+        clone._writers, clone._lingers = self._writers, self._lingers  # one saver's writers take turns
+        return clone
 
     # --- pure pieces, shared by the sync and async methods ------------------------
 
