@@ -27,7 +27,8 @@ from telar_checkpoint.format import (
 
 REPLACED_IDS_KEPT = 1000  # replaced ids remembered per thread, to say "replaced" not "absent"
 MAX_CHAIN = 64  # a list channel is written whole again after this many appended lines
-SLACK_LINES = 64  # trimming appends floors until the string holds 2x its live lines + this
+SLACK_LINES = 64  # trimming appends floors until the string holds 2x its live lines + this,
+FLOORS_APPENDED = 64  # or this many floor lines (each costs a reader a pass over the history)
 FLOOR_LINE_IDS = 64  # a dropped record listing more ids than this is written by a rewrite
 _FORKS = ("fork", "update")  # sources that start a branch
 _MOVES_ON = ("loop", "input")  # sources that move a branch on
@@ -124,6 +125,7 @@ class History:
         self._latest: dict[str, str] = {}  # namespace -> latest id, kept while only appending
         self.line_count = 0  # complete lines of the string this history was read from or rendered to
         self.holds_trimmed = False  # the string still holds lines a later floor trimmed (see `_apply_floor`)
+        self.floors_appended = 0  # dropped lines read or appended after checkpoint lines
         # ids of the objects pending writes handed in since each namespace's last put (a memo,
         # never stored): a list item among them is encoded again (see `CheckpointCodec._values`)
         self.written: dict[str, frozenset[int]] = {}
@@ -138,6 +140,7 @@ class History:
         other._latest = dict(self._latest)
         other.line_count = self.line_count
         other.holds_trimmed = self.holds_trimmed
+        other.floors_appended = self.floors_appended
         other.written = dict(self.written)
         return other
 
@@ -172,6 +175,7 @@ class History:
             else:
                 history.dropped[line.ns] = line
                 if line.floor is not None and history.entries:
+                    history.floors_appended += 1
                     history._apply_floor(line.ns)
 
     def render(self) -> str:
@@ -192,6 +196,7 @@ class History:
         self.line_count = len(out)
         self.torn = None
         self.holds_trimmed = False
+        self.floors_appended = 0
         return "".join(line + "\n" for line in out)
 
     @staticmethod
@@ -438,7 +443,8 @@ class History:
         """After `trim` cut `cut`: the `dropped` lines that, appended, trim the stored string
         as it did this history (see `_apply_floor`), or None when only a rewrite can say it:
         something cut is not below its namespace's floor, a namespace's record went away or
-        is long, or the string holds more than twice the lines this history needs."""
+        is long, or the string holds more than twice the lines this history needs or
+        `FLOORS_APPENDED` floor lines already."""
         touched = {ns for ns, _ in cut}
         for ns, cid in cut:
             record = self.dropped.get(ns)
@@ -450,9 +456,12 @@ class History:
         records = [self.dropped[ns] for ns in touched]
         if any(len(r.replaced) + len(r.deleted) > FLOOR_LINE_IDS for r in records):
             return None
+        if self.floors_appended + len(records) > FLOORS_APPENDED:
+            return None
         needed = len(self.dropped) + sum(1 + len({t for t, _ in e.writes}) for e in self.entries.values())
         if self.line_count + len(records) > 2 * needed + SLACK_LINES:
             return None
+        self.floors_appended += len(records)
         return [write_dropped(r) for r in records]
 
     def _apply_floor(self, ns: str) -> None:
