@@ -28,7 +28,7 @@ from urllib.parse import unquote_to_bytes
 
 from telar_checkpoint.errors import ForeignDataError, StoreError
 from telar_checkpoint.stores.base import Change, Store
-from telar_checkpoint.stores.group_commit import GroupCommit
+from telar_checkpoint.stores.group_commit import DeferredAppends, GroupCommit
 
 SUFFIX = ".jsonl"
 _SEGMENT = 200  # characters of an encoded name per path component
@@ -155,7 +155,7 @@ def _text(key: str, data: bytes) -> str:
         return data[:end].decode("utf-8", "surrogatepass") + data[end:].decode("utf-8", "replace")
 
 
-class FileStore(Store):
+class FileStore(DeferredAppends, Store):
     """Histories as files under `directory`, one per thread.
 
     The last text read or written for each file is kept with the file's
@@ -293,12 +293,6 @@ class FileStore(Store):
 
     def version(self, key: str) -> _Signature | None:
         return self._signature(self.path(key))
-
-    def append_if(self, key: str, suffix: str, version: Hashable) -> _Signature | None:
-        signature = self.append_if_deferred(key, suffix, version)
-        if signature is not None:
-            self.flush(key)
-        return signature
 
     def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> _Signature | None:
         with self._lock(key) as lock:

@@ -10,7 +10,7 @@ first, so that one fsync serves both (PostgreSQL's ``commit_delay``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 
 class GroupCommit:
@@ -45,3 +45,20 @@ class GroupCommit:
             target = self.written
             sync()
             self.synced = target
+
+
+class DeferredAppends:
+    """For a store whose appends become durable in `flush` (its `append_if_deferred` and
+    `flush` do the work): `append_if` is the one, then the other."""
+
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+        raise NotImplementedError
+
+    def flush(self, key: str, *, linger: float = 0.0) -> None:
+        raise NotImplementedError
+
+    def append_if(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+        new_version = self.append_if_deferred(key, suffix, version)
+        if new_version is not None:
+            self.flush(key)
+        return new_version

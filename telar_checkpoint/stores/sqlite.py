@@ -33,7 +33,7 @@ from pathlib import Path
 
 from telar_checkpoint.errors import StoreError, StoredDataError
 from telar_checkpoint.stores.base import Change, Store
-from telar_checkpoint.stores.group_commit import GroupCommit
+from telar_checkpoint.stores.group_commit import DeferredAppends, GroupCommit
 
 SCHEMA_VERSION = 2
 """The layout of our tables; 1 is migrated, a database recording a newer one is refused."""
@@ -79,7 +79,7 @@ def _decode(raw: bytes, key: str) -> str:
         raise StoredDataError(f"the stored value is not UTF-8 text: {exc}", thread_id=key) from exc
 
 
-class SQLiteStore(Store):
+class SQLiteStore(DeferredAppends, Store):
     """Histories as rows of ``telar_histories`` in the database file at `path`."""
 
     kind = "sqlite"
@@ -227,12 +227,6 @@ class SQLiteStore(Store):
         """The largest ``seq`` of the key's chunks: every write inserts a chunk, and seqs are never reused."""
         with self._connection() as conn:
             return conn.execute(_LATEST, (_encode(key),)).fetchone()[0]
-
-    def append_if(self, key: str, suffix: str, version: Hashable) -> int | None:
-        new_version = self.append_if_deferred(key, suffix, version)
-        if new_version is not None:
-            self.flush(key)
-        return new_version
 
     def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> int | None:
         if not isinstance(version, int):
