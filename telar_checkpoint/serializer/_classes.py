@@ -213,13 +213,22 @@ def _model(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
     return build(want(record["fields"], dict, "$model"), dec)
 
 
-def _model_v1(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
-    record = expect_keys(payload, "$model_v1", ("class", "fields"))
-    cls = allowlist.lookup(record["class"], "$model_v1")
-    if not issubclass(cls, pydantic.v1.BaseModel):
-        raise bad("$model_v1", f"{record['class']!r} is not a pydantic.v1 model")
-    fields = _fields(record, dec, "$model_v1")
-    return _build(cls, lambda: cls(**fields), "$model_v1")
+def _by_keywords(tag: str, accepts: Callable[[type], bool], kind: str) -> Callable[[Any, Decode, Allowlist], Any]:
+    """The decoder of `tag`: a class of `kind` (as `accepts` says), called with its stored fields."""
+
+    def decode(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
+        record = expect_keys(payload, tag, ("class", "fields"))
+        cls = allowlist.lookup(record["class"], tag)
+        if not accepts(cls):
+            raise bad(tag, f"{record['class']!r} is not a {kind}")
+        fields = _fields(record, dec, tag)
+        return _build(cls, lambda: cls(**fields), tag)
+
+    return decode
+
+
+_model_v1 = _by_keywords("$model_v1", lambda cls: issubclass(cls, pydantic.v1.BaseModel), "pydantic.v1 model")
+_namedtuple = _by_keywords("$namedtuple", lambda cls: issubclass(cls, tuple) and hasattr(cls, "_fields"), "NamedTuple")
 
 
 def _dataclass(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
@@ -241,15 +250,6 @@ def _dataclass(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
         return obj
 
     return _build(cls, build, "$dataclass")
-
-
-def _namedtuple(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
-    record = expect_keys(payload, "$namedtuple", ("class", "fields"))
-    cls = allowlist.lookup(record["class"], "$namedtuple")
-    if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
-        raise bad("$namedtuple", f"{record['class']!r} is not a NamedTuple")
-    fields = _fields(record, dec, "$namedtuple")
-    return _build(cls, lambda: cls(**fields), "$namedtuple")
 
 
 def _enum(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
