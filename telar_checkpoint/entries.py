@@ -86,9 +86,14 @@ class Entries(MutableMapping[K, V], Generic[K, V]):
     def __len__(self) -> int:
         return len(self._sealed) - len(self._gone) + sum(1 for key in self._recent if self._is_new(key))
 
+    def _only_added(self) -> bool:
+        """True when the recent layer only adds keys: the order is then the sealed dict's,
+        then the layer's (the common case, iterated at C speed)."""
+        return not self._gone and not any(key in self._sealed for key in self._recent)
+
     def __iter__(self) -> Iterator[K]:
-        if not self._gone and not any(key in self._sealed for key in self._recent):
-            return chain(self._sealed, self._recent)  # the common case, at C speed
+        if self._only_added():
+            return chain(self._sealed, self._recent)
         return self._keys_in_order()
 
     def _keys_in_order(self) -> Iterator[K]:
@@ -101,7 +106,7 @@ class Entries(MutableMapping[K, V], Generic[K, V]):
                 yield key
 
     def items(self) -> Any:
-        if not self._gone and not any(key in self._sealed for key in self._recent):
+        if self._only_added():
             return chain(self._sealed.items(), self._recent.items())
         return ((key, self[key]) for key in self._keys_in_order())
 

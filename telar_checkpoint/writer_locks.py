@@ -22,6 +22,11 @@ import weakref
 STRIPES = 64
 
 
+def stripe(thread_id: str, stripes: int) -> int:
+    """The stripe of `thread_id` among `stripes`."""
+    return hash(thread_id) % stripes
+
+
 class WriterLocks:
     """A `threading.Lock` per stripe for sync writers, and an `asyncio.Lock` per stripe and event loop."""
 
@@ -30,12 +35,9 @@ class WriterLocks:
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[asyncio.Lock]] = weakref.WeakKeyDictionary()
         self._guard = threading.Lock()
 
-    def _stripe(self, thread_id: str) -> int:
-        return hash(thread_id) % len(self._sync)
-
     def sync(self, thread_id: str) -> threading.Lock:
         """The lock sync writers of `thread_id` hold while they write."""
-        return self._sync[self._stripe(thread_id)]
+        return self._sync[stripe(thread_id, len(self._sync))]
 
     def async_(self, thread_id: str) -> asyncio.Lock:
         """The lock async writers of `thread_id` in the running event loop hold while they write."""
@@ -44,7 +46,7 @@ class WriterLocks:
         if locks is None:
             with self._guard:
                 locks = self._async.setdefault(loop, [asyncio.Lock() for _ in self._sync])
-        return locks[self._stripe(thread_id)]
+        return locks[stripe(thread_id, len(locks))]
 
 
 class Lingers:
@@ -69,12 +71,9 @@ class Lingers:
         self._backoff = [0] * stripes  # put_writes to skip after futile lingers, and the next backoff
         self._skip = [0] * stripes
 
-    def _stripe(self, thread_id: str) -> int:
-        return hash(thread_id) % len(self._last)
-
     def wrote(self, thread_id: str, *, writes: bool) -> float:
         """Record a write of `thread_id`; for pending writes, how long to linger."""
-        i, now = self._stripe(thread_id), time.monotonic()
+        i, now = stripe(thread_id, len(self._last)), time.monotonic()
         if self._last[i]:
             gap = now - self._last[i]
             self._gap[i] = 0.7 * self._gap[i] + 0.3 * gap

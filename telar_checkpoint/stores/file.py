@@ -69,6 +69,10 @@ def decode_name(relative: str) -> str | None:
 _Signature = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
 
 
+def _signature_of(st: os.stat_result) -> _Signature:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 class _KeyLock:
     """What a store holds for one thread: a lock for this process, the lock file's descriptor
     (opened on first use), and the counters of group commit: appends are counted under the
@@ -116,8 +120,7 @@ class _KeyLock:
         view = memoryview(data)
         while view:
             view = view[os.write(self.data, view) :]
-        st = os.fstat(self.data)
-        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        return _signature_of(os.fstat(self.data))
 
     def sync(self) -> None:
         """fsync the history file (under the commits' `sync_lock`, which `close_data` takes too).
@@ -229,29 +232,32 @@ class FileStore(DeferredAppends, Store):
     @staticmethod
     def _signature(path: Path) -> _Signature | None:
         try:
-            st = os.stat(path)
+            return _signature_of(os.stat(path))
         except FileNotFoundError:
             return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def read(self, key: str) -> str | None:
+        return self._read(key)[0]
+
+    def _read(self, key: str) -> tuple[str | None, _Signature | None]:
+        """The text and the signature it was read at (None, None when there is no file)."""
         path = self.path(key)
         signature = self._signature(path)
         if signature is None:
             self._texts.pop(key, None)
-            return None
+            return None, None
         cached = self._texts.get(key)
         if cached is not None and cached[0] == signature:
-            return cached[1]
+            return cached[1], signature
         try:
             with open(path, "rb") as f:
-                signature = self._signature_of(f.fileno())
+                signature = _signature_of(os.fstat(f.fileno()))
                 data = f.read()
         except FileNotFoundError:
-            return None
+            return None, None
         text = _text(key, data)
         self._remember(key, signature, text)
-        return text
+        return text, signature
 
     def _remember(self, key: str, signature: _Signature, text: str) -> None:
         self._texts[key] = (signature, text)
@@ -259,18 +265,13 @@ class FileStore(DeferredAppends, Store):
         while len(self._texts) > TEXTS_KEPT:
             self._texts.popitem(last=False)
 
-    @staticmethod
-    def _signature_of(fd: int) -> _Signature:
-        st = os.fstat(fd)
-        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
     def update(self, key: str, change: Change) -> str | None:
         return self.update_versioned(key, change)[0]
 
     def update_versioned(self, key: str, change: Change) -> tuple[str | None, _Signature | None]:
         ticket = 0
         with self._lock(key) as lock:
-            old = self.read(key)
+            old, signature = self._read(key)
             self._texts.pop(key, None)  # re-read after a failed write
             new = change(old)
             if new is None:
@@ -278,7 +279,6 @@ class FileStore(DeferredAppends, Store):
                     lock.close_data()
                     self._remove(key)
                 return None, None
-            signature = self._signature(self.path(key)) if old is not None else None
             if signature is not None and new.startswith(old):  # type: ignore[arg-type]
                 if len(new) > len(old):  # type: ignore[arg-type]
                     ticket, signature = self._append(lock, key, signature[0], new[len(old) :])  # type: ignore[arg-type]

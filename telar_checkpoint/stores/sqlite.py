@@ -256,8 +256,9 @@ class SQLiteStore(DeferredAppends, Store):
 
     def _durable(self) -> None:
         """Count a commit and return once it is on disk."""
-        self._commits.wrote()
-        self.flush("")
+        ticket = self._commits.wrote()
+        if self.fsync:
+            self._commits.flush(ticket, self._sync_wal)
 
     def update(self, key: str, change: Change) -> str | None:
         return self.update_versioned(key, change)[0]
