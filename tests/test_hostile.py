@@ -256,24 +256,24 @@ GARBAGE = [
 ]
 
 
-def raw_garbage(store: Store, key: str) -> bool:
-    """Writes invalid UTF-8 bytes as the stored value, below the store API; False if the store cannot hold them."""
+RAW_BYTES_KINDS = ["file", "sqlite", "redis"]  # memory holds str; PostgreSQL text is always valid UTF-8
+
+
+def raw_garbage(store: Store, key: str) -> None:
+    """Writes invalid UTF-8 bytes as the stored value, below the store API."""
     data = b'{"format":1,"kind":"checkpoint","id":"\xff\xfe\xc3"}\n'
     if isinstance(store, FileStore):
         store.path(key).write_bytes(data)
     elif store.kind == "sqlite":
         import sqlite3
 
-        if store.schema_version() != 1:  # type: ignore[attr-defined]
-            return False  # schema 2 keeps values in chunks; this edit knows schema 1 only
-
         with sqlite3.connect(store.path) as conn:  # type: ignore[attr-defined]
-            conn.execute("UPDATE telar_histories SET value = CAST(? AS TEXT) WHERE key = ?", (data, key.encode()))
+            conn.execute("DELETE FROM telar_chunks WHERE key = ?", (key.encode(),))
+            conn.execute("INSERT INTO telar_chunks (key, value) VALUES (?, CAST(? AS TEXT))", (key.encode(), data))
     elif store.kind == "redis":
         store._client.set(store._raw_key(key), data)  # type: ignore[attr-defined]
     else:
-        return False  # memory holds str; PostgreSQL text is always valid UTF-8
-    return True
+        raise AssertionError(f"a {store.kind} store cannot hold bytes that are not UTF-8")
 
 
 def test_hand_edited_garbage_is_a_clear_error_for_that_thread_only(store: Store) -> None:
@@ -302,13 +302,13 @@ def test_hand_edited_garbage_is_a_clear_error_for_that_thread_only(store: Store)
     assert len(list(saver.list(None))) == 3
 
 
-def test_hand_edited_invalid_utf8_is_a_clear_error(store: Store, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("store", RAW_BYTES_KINDS, indirect=True)
+def test_hand_edited_invalid_utf8_is_a_clear_error(store: Store) -> None:
     """Bytes that are not UTF-8, written below the store API, read as a StoredDataError naming the thread."""
     saver = TelarSaver(store)
     put(saver, "good", "", "1")
     put(saver, "bad", "", "1")
-    if not raw_garbage(store, "bad"):
-        pytest.skip(f"a {store.kind} store cannot hold bytes that are not UTF-8")
+    raw_garbage(store, "bad")
     with pytest.raises(StoredDataError, match="thread 'bad'"):
         saver.get_tuple({"configurable": {"thread_id": "bad"}})
     assert saver.get_tuple({"configurable": {"thread_id": "good"}}) is not None

@@ -25,6 +25,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from telar_checkpoint.errors import StoreError
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
+
+SCHEMA_KINDS = ["sqlite", "postgres", "redis"]  # stores with a schema version of their own
 from tests.stores import (
     LOCAL_KINDS,
     append_if_lines,
@@ -140,9 +142,8 @@ def test_lone_surrogates_are_stored_exactly_or_refused(store: Store, value: str)
         assert store.read("t") == value
 
 
+@pytest.mark.parametrize("store", SCHEMA_KINDS, indirect=True)
 def test_schema_version_recorded_and_newer_refused(store: Store) -> None:
-    if isinstance(store, (MemoryStore, FileStore)):
-        pytest.skip(f"a {store.kind} store has no schema of its own")
     store.write("t", "v")
     assert store.schema_version() == 2  # type: ignore[attr-defined]
     kind, options = describe(store)
@@ -191,9 +192,8 @@ def write_schema_1(store: Store) -> None:
         client.close()
 
 
+@pytest.mark.parametrize("store", SCHEMA_KINDS, indirect=True)
 def test_schema_1_is_migrated(store: Store) -> None:
-    if isinstance(store, (MemoryStore, FileStore)):
-        pytest.skip(f"a {store.kind} store has no schema of its own")
     write_schema_1(store)
     old = reopen(describe(store))
     try:
@@ -323,9 +323,8 @@ def test_append_if_refuses_a_stale_version_and_writes_nothing(store: Store) -> N
     assert store.read("t") == "one\ntwo\n"
 
 
-def test_another_store_object_sees_every_write(store: Store) -> None:
-    if isinstance(store, MemoryStore):
-        pytest.skip("a memory store cannot be opened twice")
+def test_another_store_object_sees_every_write(shared_store: Store) -> None:
+    store = shared_store
     other = reopen(describe(store))
     try:
         _new, version = store.update_versioned("t", lambda old: "one\n")

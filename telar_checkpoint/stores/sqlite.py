@@ -80,7 +80,7 @@ def _decode(raw: bytes, key: str) -> str:
 
 
 class SQLiteStore(DeferredAppends, Store):
-    """Histories as rows of ``telar_histories`` in the database file at `path`."""
+    """Histories as chunks in ``telar_chunks`` of the database file at `path` (see the module docs)."""
 
     kind = "sqlite"
 
