@@ -240,6 +240,7 @@ class CrashReport:
 class _Thread:
     acked: dict[str, str | None] = field(default_factory=dict)  # checkpoint id -> parent id
     writes: set[tuple[str, str]] = field(default_factory=set)  # (checkpoint id, task id)
+    torn: str | None = None  # the torn tail the thread's last kill left, if any
 
 
 class CrashRun:
@@ -271,7 +272,7 @@ class CrashRun:
                 thread = f"{self.mode}-{life // self.lives_per_thread}"
                 self._life(zygote, thread, life)
             for thread in self.threads:  # finally, every thread is still whole
-                self.check(thread, after_kill=False)
+                self.check(thread, after_kill=False)  # a torn tail only as its last kill left it
         finally:
             if own:
                 zygote.close()
@@ -360,10 +361,13 @@ class CrashRun:
             assert not state.acked, f"{thread}: {len(state.acked)} acknowledged checkpoints, no history"
             return
         history = History.parse(thread, text)  # raises on any damaged complete line
-        if history.torn is not None:
-            assert after_kill
-            assert text.endswith(history.torn) and "\n" not in history.torn
-            self.report.torn_tails += 1
+        if after_kill:
+            state.torn = history.torn
+            if history.torn is not None:
+                assert text.endswith(history.torn) and "\n" not in history.torn
+                self.report.torn_tails += 1
+        else:  # no writer ran on this thread since its last kill: the same tail, or none
+            assert history.torn == state.torn, f"{thread}: torn tail {history.torn!r}, its last kill left {state.torn!r}"
         codec = CheckpointCodec()
         records = {r.id: r for r in codec.decode_history(thread, text)}
         for cid, parent in state.acked.items():
