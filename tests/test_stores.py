@@ -237,15 +237,15 @@ def test_short_lived_threads_leave_no_open_handles(store: Store) -> None:
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open descriptors in /proc")
 def test_a_file_store_keeps_a_bounded_number_of_files_open(tmp_path: Path) -> None:
-    from telar_checkpoint.stores.file import LOCKS_KEPT
+    from telar_checkpoint.stores.file import FILES_KEPT
 
     store = FileStore(tmp_path / "store", fsync=False)
     before = len(os.listdir("/proc/self/fd"))
-    for i in range(3 * LOCKS_KEPT):
+    for i in range(3 * FILES_KEPT):
         store.update(f"thread-{i}", append("a\n"))
         store.update(f"thread-{i}", append("b\n"))  # an append: the history file stays open
-    assert len(os.listdir("/proc/self/fd")) - before <= 2 * LOCKS_KEPT + 8
-    assert all(store.read(f"thread-{i}") == "a\nb\n" for i in range(3 * LOCKS_KEPT))
+    assert len(os.listdir("/proc/self/fd")) - before <= FILES_KEPT + 8
+    assert all(store.read(f"thread-{i}") == "a\nb\n" for i in range(3 * FILES_KEPT))
     store.close()
     assert len(os.listdir("/proc/self/fd")) - before <= 8
 

@@ -6,10 +6,13 @@ reaches the filesystem), and a name longer than a path component allows is cut
 into nested ``.d`` directories. A write that extends the file is an append
 followed by ``fsync``; any other write goes to a temporary file that is
 fsynced and renamed over the old one. Writers of one thread, in threads or in
-processes, are serialized by ``flock`` on a lock file of its own, whose
-descriptor stays open (for the most recently used threads) so that taking the
-lock costs one system call. Files and directories are created owner-only
-(0600 / 0700) unless `mode` says otherwise.
+processes, are serialized by ``flock`` on its history file, whose descriptor
+stays open (for the most recently used threads), so that a write takes the lock,
+checks the file is still the one at its path (a ``stat`` that gives its version
+too), appends, and lets go: five system calls, and an fsync shared with the
+writes around it. Creating or removing a file takes ``flock`` on the store's
+directory instead. Files and directories are created owner-only (0600 / 0700)
+unless `mode` says otherwise.
 """
 
 from __future__ import annotations
@@ -35,9 +38,8 @@ _SEGMENT = 200  # characters of an encoded name per path component
 _LONG = 1000  # an encoded name longer than this is stored under its hash, in _LONG_DIR
 _LONG_DIR = "~long"  # "~" is never in an encoded name, so these never collide with one
 TEXTS_KEPT = 32  # files whose last text is kept, to answer a read with one stat
-LOCKS_KEPT = 128  # threads whose lock file and history file stay open (two descriptors each)
+FILES_KEPT = 128  # threads whose history file stays open (for appends and flock)
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
-_LOCKS = ".locks"
 _TMP = ".tmp"
 
 
@@ -73,73 +75,66 @@ def _signature_of(st: os.stat_result) -> _Signature:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-class _KeyLock:
-    """What a store holds for one thread: a lock for this process, the lock file's descriptor
-    (opened on first use), and the counters of group commit: appends are counted under the
-    lock, and one fsync after it covers every append made before it started, so writers do
-    not wait in line for each other's fsync."""
+class _Handle:
+    """What a store holds for one thread: a lock for this process, the history file's
+    descriptor (opened on first use, kept open for appends and for ``flock``, which
+    serializes writers in every process), and the counters of group commit: appends are
+    counted under the lock, and one fsync after it covers every append made before it
+    started, so writers do not wait in line for each other's fsync."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
         self.local = threading.Lock()
         self.fd: int | None = None
-        self.fd_ino = 0
-        self.data: int | None = None  # the history file, kept open for appends (under the lock)
-        self.data_ino = 0
-        self.commits = GroupCommit()  # appends are counted under the lock
+        self.ino = 0
+        self.commits = GroupCommit()
 
-    def acquire(self, mode: int, mkdir: Callable[[Path], None]) -> None:
-        """Hold the lock file (the local lock is held). A lock file removed or replaced
-        under us is opened again, so that every process locks the same file."""
+    def lock(self) -> os.stat_result | None:
+        """Hold ``flock`` on the file now at `path` (the local lock is held): the file's stat,
+        or None, holding nothing, when there is no file. A file replaced or removed while this
+        waited (a rewrite renames a new file into place) is let go and the new one locked, so
+        that every process locks the file that is there."""
         while True:
             if self.fd is None:
-                mkdir(self.path.parent)
-                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
-                self.fd_ino = os.fstat(self.fd).st_ino
+                try:
+                    self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    return None
+                self.ino = os.fstat(self.fd).st_ino
             fcntl.flock(self.fd, fcntl.LOCK_EX)
             try:
-                current = os.stat(self.path).st_ino
+                st = os.stat(self.path)
             except FileNotFoundError:
-                current = None
-            if current == self.fd_ino:
-                return
+                st = None
+            if st is not None and st.st_ino == self.ino:
+                return st
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             self.close()
 
-    def release(self) -> None:
+    def unlock(self) -> None:
         if self.fd is not None:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
-    def append(self, path: Path, ino: int, data: bytes) -> _Signature:
-        """Append `data` to the history file at `path`, whose inode is `ino` (under the lock);
-        the file's signature after it."""
-        if self.data is None or self.data_ino != ino:
-            self.close_data()
-            self.data = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-            self.data_ino = os.fstat(self.data).st_ino
+    def append(self, data: bytes) -> _Signature:
+        """Append `data` to the locked file; the file's signature after it."""
+        assert self.fd is not None
         view = memoryview(data)
         while view:
-            view = view[os.write(self.data, view) :]
-        return _signature_of(os.fstat(self.data))
+            view = view[os.write(self.fd, view) :]
+        return _signature_of(os.fstat(self.fd))
 
     def sync(self) -> None:
-        """fsync the history file (under the commits' `sync_lock`, which `close_data` takes too).
+        """fsync the history file (under the commits' `sync_lock`, which `close` takes too).
         It is closed only when removed or rewritten (a rewrite is fsynced whole, appends
-        included) or when the lock is evicted (with nothing left to sync)."""
-        if self.data is not None:
-            os.fsync(self.data)
-
-    def close_data(self) -> None:
-        if self.data is not None:
-            with self.commits.sync_lock:  # not while an fsync uses it
-                os.close(self.data)
-                self.data = None
+        included) or when the handle is evicted (with nothing left to sync)."""
+        if self.fd is not None:
+            os.fsync(self.fd)
 
     def close(self) -> None:
-        self.close_data()
         if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+            with self.commits.sync_lock:  # not while an fsync uses it
+                os.close(self.fd)
+                self.fd = None
 
 
 def _text(key: str, data: bytes) -> str:
@@ -172,12 +167,13 @@ class FileStore(DeferredAppends, Store):
 
     def __init__(self, directory: str | os.PathLike[str], *, mode: int = 0o600, fsync: bool = True) -> None:
         self.directory = Path(directory)
+        self._root = os.fspath(self.directory)
         self.mode = mode
         self.dir_mode = mode | ((mode & 0o444) >> 2)  # x wherever r: 0600 -> 0700
         self.fsync = fsync
         self._mkdir(self.directory)
         self._texts: OrderedDict[str, tuple[_Signature, str]] = OrderedDict()  # the last texts, by thread
-        self._locks: OrderedDict[str, _KeyLock] = OrderedDict()  # by thread, most recent last
+        self._handles: OrderedDict[str, _Handle] = OrderedDict()  # by thread, most recent last
         self._guard = threading.Lock()
 
     def _mkdir(self, path: Path) -> None:
@@ -200,37 +196,51 @@ class FileStore(DeferredAppends, Store):
         """The file that holds `key`."""
         return self.directory / encode_name(key)
 
-    def _key_lock(self, key: str) -> _KeyLock:
-        """The thread's `_KeyLock`; the least recently used ones not in use are closed."""
+    def _path(self, key: str) -> str:
+        return f"{self._root}/{encode_name(key)}"
+
+    def _handle(self, key: str) -> _Handle:
+        """The thread's `_Handle`; the least recently used ones not in use are closed."""
         with self._guard:
-            lock = self._locks.get(key)
-            if lock is None:
-                name = encode_name(key).replace("/", "~")[-_SEGMENT:]
-                lock = self._locks[key] = _KeyLock(self.directory / _LOCKS / (name + ".lock"))
-                for old_key in list(self._locks)[: max(0, len(self._locks) - LOCKS_KEPT)]:
-                    old = self._locks[old_key]
+            handle = self._handles.get(key)
+            if handle is None:
+                handle = self._handles[key] = _Handle(self._path(key))
+                for old_key in list(self._handles)[: max(0, len(self._handles) - FILES_KEPT)]:
+                    old = self._handles[old_key]
                     if old.local.acquire(blocking=False):  # in use: keep it for now
                         if not old.commits.pending or not self.fsync:  # else a flush still needs it
-                            del self._locks[old_key]
+                            del self._handles[old_key]
                             old.close()
                         old.local.release()
             else:
-                self._locks.move_to_end(key)
-            return lock
+                self._handles.move_to_end(key)
+            return handle
 
     @contextmanager
-    def _lock(self, key: str) -> Iterator[_KeyLock]:
-        """Hold the thread's lock: a threading lock in this process, then the lock file."""
-        lock = self._key_lock(key)
-        with lock.local:
-            lock.acquire(self.mode, self._mkdir)
+    def _locked(self, key: str) -> Iterator[tuple[_Handle, os.stat_result | None]]:
+        """Hold the thread's lock (a threading lock in this process, then ``flock`` on its
+        file): the handle and the file's stat, None when there is no file."""
+        handle = self._handle(key)
+        with handle.local:
+            st = handle.lock()
             try:
-                yield lock
+                yield handle, st
             finally:
-                lock.release()
+                handle.unlock()
+
+    @contextmanager
+    def _creating(self) -> Iterator[None]:
+        """Hold ``flock`` on the store's directory, which creating or removing a history
+        file takes (rare: a file's other writes take its own lock)."""
+        fd = os.open(self._root, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     @staticmethod
-    def _signature(path: Path) -> _Signature | None:
+    def _signature(path: str) -> _Signature | None:
         try:
             return _signature_of(os.stat(path))
         except FileNotFoundError:
@@ -239,10 +249,11 @@ class FileStore(DeferredAppends, Store):
     def read(self, key: str) -> str | None:
         return self._read(key)[0]
 
-    def _read(self, key: str) -> tuple[str | None, _Signature | None]:
-        """The text and the signature it was read at (None, None when there is no file)."""
-        path = self.path(key)
-        signature = self._signature(path)
+    def _read(self, key: str, st: os.stat_result | None = None) -> tuple[str | None, _Signature | None]:
+        """The text and the signature it was read at (None, None when there is no file);
+        `st`, the file's stat when the caller has it."""
+        path = self._path(key)
+        signature = _signature_of(st) if st is not None else self._signature(path)
         if signature is None:
             self._texts.pop(key, None)
             return None, None
@@ -269,70 +280,93 @@ class FileStore(DeferredAppends, Store):
         return self.update_versioned(key, change)[0]
 
     def update_versioned(self, key: str, change: Change) -> tuple[str | None, _Signature | None]:
-        ticket = 0
-        with self._lock(key) as lock:
-            old, signature = self._read(key)
-            self._texts.pop(key, None)  # re-read after a failed write
-            new = change(old)
+        while True:
+            with self._locked(key) as (handle, st):
+                if st is None:
+                    created = self._create(key, change)
+                    if created is None:
+                        continue  # another writer created the file first: change what it wrote
+                    return created
+                old, signature = self._read(key, st)
+                self._texts.pop(key, None)  # re-read after a failed write
+                new = change(old)
+                ticket = 0
+                if new is None:
+                    self._remove(key, handle)
+                    return None, None
+                if new.startswith(old):  # type: ignore[arg-type]
+                    if len(new) > len(old):  # type: ignore[arg-type]
+                        ticket, signature = self._append(handle, new[len(old) :])  # type: ignore[arg-type]
+                else:
+                    self._replace(key, new)
+                    handle.close()  # the file it locked was replaced (which lets the lock go)
+                    signature = self._signature(handle.path)
+                if signature is not None:
+                    self._remember(key, signature, new)
+            self._sync(handle, ticket)
+            return new, signature
+
+    def _create(self, key: str, change: Change) -> tuple[str | None, _Signature | None] | None:
+        """Create the thread's file with what `change` makes of no history; None when
+        another writer created it first."""
+        with self._creating():
+            if os.path.exists(self._path(key)):
+                return None
+            new = change(None)
             if new is None:
-                if old is not None:
-                    lock.close_data()
-                    self._remove(key)
                 return None, None
-            if signature is not None and new.startswith(old):  # type: ignore[arg-type]
-                if len(new) > len(old):  # type: ignore[arg-type]
-                    ticket, signature = self._append(lock, key, signature[0], new[len(old) :])  # type: ignore[arg-type]
-            else:
-                lock.close_data()
-                self._replace(key, new)
-                signature = self._signature(self.path(key))
+            self._replace(key, new)
+            signature = self._signature(self._path(key))
             if signature is not None:
                 self._remember(key, signature, new)
-        self._sync(lock, ticket)
-        return new, signature
+            return new, signature
 
     def version(self, key: str) -> _Signature | None:
-        return self._signature(self.path(key))
+        return self._signature(self._path(key))
 
     def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> _Signature | None:
-        with self._lock(key) as lock:
-            signature = self._signature(self.path(key))
-            if version is None or signature is None or signature != version:
+        if version is None:
+            return None
+        with self._locked(key) as (handle, st):
+            if st is None or _signature_of(st) != version:
                 return None
             self._texts.pop(key, None)
-            return self._append(lock, key, signature[0], suffix)[1]
+            return self._append(handle, suffix)[1]
 
     def flush(self, key: str, *, linger: float = 0.0) -> None:
         """Return once every append of `key` so far is on disk. With `linger`, first wait up to
         that many seconds for another append of `key`, so that one fsync serves both (group
         commit, as PostgreSQL's ``commit_delay``)."""
-        lock = self._key_lock(key)
-        self._sync(lock, lock.commits.written, linger)
+        handle = self._handle(key)
+        self._sync(handle, handle.commits.written, linger)
 
     def delete(self, key: str) -> None:
-        with self._lock(key) as lock:
+        with self._locked(key) as (handle, st):
             self._texts.pop(key, None)
-            lock.close_data()
-            self._remove(key)
+            if st is not None:
+                self._remove(key, handle)
 
-    def _remove(self, key: str) -> None:
+    def _remove(self, key: str, handle: _Handle) -> None:
+        """Remove the locked file of `key` (and the `.key` file of a long name) and close it."""
         path = self.path(key)
-        for doomed in (path, path.with_suffix(".key")) if path.parent.name == _LONG_DIR else (path,):
-            try:
-                doomed.unlink()
-            except FileNotFoundError:
-                pass
+        with self._creating():  # not while a creator looks for the `.key` file
+            for doomed in (path, path.with_suffix(".key")) if path.parent.name == _LONG_DIR else (path,):
+                try:
+                    doomed.unlink()
+                except FileNotFoundError:
+                    pass
+        handle.close()
 
-    def _append(self, lock: _KeyLock, key: str, ino: int, text: str) -> tuple[int, _Signature]:
-        """Append under the thread's lock to its file (inode `ino`): the ticket to pass to
-        `_sync` once the lock is released, and the file's signature."""
-        signature = lock.append(self.path(key), ino, text.encode("utf-8", "surrogatepass"))
-        return lock.commits.wrote(), signature
+    def _append(self, handle: _Handle, text: str) -> tuple[int, _Signature]:
+        """Append to the locked file: the ticket to pass to `_sync` once the lock is released,
+        and the file's signature."""
+        signature = handle.append(text.encode("utf-8", "surrogatepass"))
+        return handle.commits.wrote(), signature
 
-    def _sync(self, lock: _KeyLock, ticket: int, linger: float = 0.0) -> None:
+    def _sync(self, handle: _Handle, ticket: int, linger: float = 0.0) -> None:
         """Return once append `ticket` is on disk: one fsync serves every append made before it."""
         if self.fsync and ticket:
-            lock.commits.flush(ticket, lock.sync, linger)
+            handle.commits.flush(ticket, handle.sync, linger)
 
     def _replace(self, key: str, text: str) -> None:
         target = self.path(key)
@@ -367,17 +401,17 @@ class FileStore(DeferredAppends, Store):
                 os.close(dir_fd)
 
     def close(self) -> None:
-        """Close the lock files' descriptors (they open again on the next write)."""
+        """Close the history files kept open (they open again on the next write)."""
         with self._guard:
-            for lock in self._locks.values():
-                with lock.local:
-                    lock.close()
+            for handle in self._handles.values():
+                with handle.local:
+                    handle.close()
 
     def _walk(self) -> Iterator[tuple[str, str | None]]:
         for root, dirs, files in os.walk(self.directory):
             rel_root = os.path.relpath(root, self.directory)
             if rel_root == ".":
-                dirs[:] = [d for d in dirs if d not in (_LOCKS, _TMP)]
+                dirs[:] = [d for d in dirs if d != _TMP]
                 rel_root = ""
             for name in files:
                 relative = f"{rel_root}/{name}" if rel_root else name
