@@ -43,7 +43,7 @@ class Settings:
     max_history: int = 20
     workers: int = 8  # workload 5
     worker_turns: int = 20
-    concurrency_rounds: int = 3
+    concurrency_rounds: int = 5
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -23,6 +23,7 @@ import hashlib
 import os
 import tempfile
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
@@ -153,6 +154,19 @@ def _text(key: str, data: bytes) -> str:
         return data[:end].decode("utf-8", "surrogatepass") + data[end:].decode("utf-8", "replace")
 
 
+_OPEN_STORES: weakref.WeakSet[FileStore] = weakref.WeakSet()
+
+
+def _forget_parents_files() -> None:
+    """In a forked child: let go of the descriptors the parent's stores kept open."""
+    for store in list(_OPEN_STORES):
+        store._forget_parents_files()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parents_files)
+
+
 class FileStore(DeferredAppends, Store):
     """Histories as files under `directory`, one per thread.
 
@@ -174,6 +188,21 @@ class FileStore(DeferredAppends, Store):
         self._mkdir(self.directory)
         self._texts: OrderedDict[str, tuple[_Signature, str]] = OrderedDict()  # the last texts, by thread
         self._handles: OrderedDict[str, _Handle] = OrderedDict()  # by thread, most recent last
+        self._guard = threading.Lock()
+        _OPEN_STORES.add(self)
+
+    def _forget_parents_files(self) -> None:
+        """After a fork, before the child runs on: a kept descriptor is shared with the parent,
+        and so is ``flock`` on it (it belongs to the open file), so the child would hold every
+        lock the parent holds. Close the child's copies (which lets no lock of the parent's
+        go) and start afresh, as the threads that held the handles are not in the child."""
+        for handle in self._handles.values():
+            if handle.fd is not None:
+                try:
+                    os.close(handle.fd)
+                except OSError:
+                    pass
+        self._handles = OrderedDict()
         self._guard = threading.Lock()
 
     def _mkdir(self, path: Path) -> None:
