@@ -326,12 +326,10 @@ class FileStore(DeferredAppends, Store):
                 if new.startswith(old):  # type: ignore[arg-type]
                     if len(new) > len(old):  # type: ignore[arg-type]
                         ticket, signature = self._append(handle, new[len(old) :])  # type: ignore[arg-type]
+                    self._remember(key, signature, new)  # type: ignore[arg-type]
                 else:
-                    self._replace(key, new)
+                    signature = self._replace(key, new)
                     handle.close()  # the file it locked was replaced (which lets the lock go)
-                    signature = self._signature(handle.path)
-                if signature is not None:
-                    self._remember(key, signature, new)
             self._sync(handle, ticket)
             return new, signature
 
@@ -344,11 +342,7 @@ class FileStore(DeferredAppends, Store):
             new = change(None)
             if new is None:
                 return None, None
-            self._replace(key, new)
-            signature = self._signature(self._path(key))
-            if signature is not None:
-                self._remember(key, signature, new)
-            return new, signature
+            return new, self._replace(key, new)
 
     def version(self, key: str) -> _Signature | None:
         return self._signature(self._path(key))
@@ -397,12 +391,17 @@ class FileStore(DeferredAppends, Store):
         if self.fsync and ticket:
             handle.commits.flush(ticket, handle.sync, linger)
 
-    def _replace(self, key: str, text: str) -> None:
+    def _replace(self, key: str, text: str) -> _Signature | None:
+        """Write `text` whole as the file of `key` (and remember it): the file's signature."""
         target = self.path(key)
         self._mkdir(target.parent)
         if target.parent.name == _LONG_DIR and not target.with_suffix(".key").exists():
             self._write_atomic(target.with_suffix(".key"), key)
         self._write_atomic(target, text)
+        signature = self._signature(self._path(key))
+        if signature is not None:
+            self._remember(key, signature, text)
+        return signature
 
     def _write_atomic(self, target: Path, text: str) -> None:
         tmp_dir = self.directory / _TMP
