@@ -170,20 +170,21 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         Writers of the thread take turns until their lines are appended; each then waits
         for the disk on its own, so the next one can append meanwhile. Pending writes
         may linger (see `Lingers`): LangGraph puts the step's checkpoint right after
-        them, and one fsync then serves both."""
-        with self._writers.sync(thread_id):
-            appended = self._write_now(thread_id, make_lines, change)
+        them, and one fsync then serves both. A write that lingers or has writers queued
+        behind it is appended as part of a batch (`batch`), which one flush makes durable."""
+        with self._writers.sync(thread_id) as turns:
             linger = self._lingers.wrote(thread_id, writes=writes)
+            appended = self._write_now(thread_id, make_lines, change, batch=bool(linger or turns.waiting))
         if appended:
             self.store.flush(thread_id, linger=linger)
 
-    def _write_now(self, thread_id: str, make_lines: Any, change: Any) -> bool:
+    def _write_now(self, thread_id: str, make_lines: Any, change: Any, batch: bool) -> bool:
         fast = self._fast_lines(thread_id, make_lines)
         if fast is not None:
             version, history, suffix = fast
             if not suffix and self.store.version(thread_id) == version:
                 return False
-            new_version = self.store.append_if_deferred(thread_id, suffix, version) if suffix else None
+            new_version = self.store.append_if_deferred(thread_id, suffix, version, batch=batch) if suffix else None
             if new_version is not None:
                 self._histories.keep(thread_id, new_version, history)
                 return True
@@ -191,19 +192,21 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         return False
 
     async def _awrite(self, thread_id: str, make_lines: Any, change: Any, writes: bool = False) -> None:
-        async with self._writers.async_(thread_id):
-            appended = await self._awrite_now(thread_id, make_lines, change)
+        async with self._writers.async_(thread_id) as turns:
             linger = self._lingers.wrote(thread_id, writes=writes)
+            appended = await self._awrite_now(thread_id, make_lines, change, batch=bool(linger or turns.waiting))
         if appended:
             await self.store.aflush(thread_id, linger=linger)
 
-    async def _awrite_now(self, thread_id: str, make_lines: Any, change: Any) -> bool:
+    async def _awrite_now(self, thread_id: str, make_lines: Any, change: Any, batch: bool) -> bool:
         fast = self._fast_lines(thread_id, make_lines)
         if fast is not None:
             version, history, suffix = fast
             if not suffix and await self.store.aversion(thread_id) == version:
                 return False
-            new_version = await self.store.aappend_if_deferred(thread_id, suffix, version) if suffix else None
+            new_version = (
+                await self.store.aappend_if_deferred(thread_id, suffix, version, batch=batch) if suffix else None
+            )
             if new_version is not None:
                 self._histories.keep(thread_id, new_version, history)
                 return True

@@ -28,25 +28,72 @@ def stripe(thread_id: str, stripes: int) -> int:
 
 
 class WriterLocks:
-    """A `threading.Lock` per stripe for sync writers, and an `asyncio.Lock` per stripe and event loop."""
+    """A `threading.Lock` per stripe for sync writers, and an `asyncio.Lock` per stripe and
+    event loop; each counts the writers waiting for it (`queued`)."""
 
     def __init__(self, stripes: int = STRIPES) -> None:
-        self._sync = [threading.Lock() for _ in range(stripes)]
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[asyncio.Lock]] = weakref.WeakKeyDictionary()
+        self._sync = [_Turns(threading.Lock()) for _ in range(stripes)]
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_AsyncTurns]] = weakref.WeakKeyDictionary()
         self._guard = threading.Lock()
 
-    def sync(self, thread_id: str) -> threading.Lock:
-        """The lock sync writers of `thread_id` hold while they write."""
+    def sync(self, thread_id: str) -> _Turns:
+        """The turns sync writers of `thread_id` take (``with``) while they write."""
         return self._sync[stripe(thread_id, len(self._sync))]
 
-    def async_(self, thread_id: str) -> asyncio.Lock:
-        """The lock async writers of `thread_id` in the running event loop hold while they write."""
+    def async_(self, thread_id: str) -> _AsyncTurns:
+        """The turns async writers of `thread_id` in the running event loop take (``async with``)."""
         loop = asyncio.get_running_loop()
-        locks = self._async.get(loop)
-        if locks is None:
+        turns = self._async.get(loop)
+        if turns is None:
             with self._guard:
-                locks = self._async.setdefault(loop, [asyncio.Lock() for _ in self._sync])
-        return locks[stripe(thread_id, len(locks))]
+                turns = self._async.setdefault(loop, [_AsyncTurns() for _ in self._sync])
+        return turns[stripe(thread_id, len(turns))]
+
+
+class _Turns:
+    """A lock that counts the writers waiting for it: a writer that sees others queued
+    behind it can leave its fsync to the group commit that will serve them all."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self._count = threading.Lock()
+        self.waiting = 0  # writers that want the lock and do not hold it yet
+
+    def __enter__(self) -> _Turns:
+        with self._count:
+            self.waiting += 1
+        self._lock.acquire()
+        with self._count:
+            self.waiting -= 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+
+class _AsyncTurns:
+    """`_Turns` for coroutines of one event loop (which need no lock to count)."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self.waiting = 0
+
+    async def __aenter__(self) -> _AsyncTurns:
+        self.waiting += 1
+        try:
+            await self._lock.acquire()
+        finally:
+            self.waiting -= 1
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
 
 
 class Lingers:

@@ -63,9 +63,12 @@ class Store(ABC):
         """Append `suffix` if `key` is still at `version`; the new version, or None if it moved."""
         return None
 
-    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> Hashable | None:
         """`append_if`, but it may return before the suffix is durable: call `flush` before
-        acknowledging it. Lets the next writer append while this one waits for the disk."""
+        acknowledging it. Lets the next writer append while this one waits for the disk.
+        `batch`: more writes of `key` follow at once, so leave durability to `flush`, which
+        then serves them all (a store may otherwise make a lone write durable right away,
+        when that is cheaper)."""
         return self.append_if(key, suffix, version)
 
     def flush(self, key: str, *, linger: float = 0.0) -> None:
@@ -113,10 +116,10 @@ class Store(ABC):
             return None
         return await asyncio.to_thread(self.append_if, key, suffix, version)
 
-    async def aappend_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+    async def aappend_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> Hashable | None:
         if type(self).append_if_deferred is Store.append_if_deferred:
             return await self.aappend_if(key, suffix, version)
-        return await asyncio.to_thread(self.append_if_deferred, key, suffix, version)
+        return await asyncio.to_thread(self.append_if_deferred, key, suffix, version, batch=batch)
 
     async def aflush(self, key: str, *, linger: float = 0.0) -> None:
         if type(self).flush is not Store.flush:

@@ -23,9 +23,10 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote_to_bytes
@@ -33,6 +34,7 @@ from urllib.parse import unquote_to_bytes
 from telar_checkpoint.errors import ForeignDataError, StoreError
 from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.group_commit import DeferredAppends, GroupCommit
+from telar_checkpoint.stores.leases import CONTENDED, LEASES
 
 SUFFIX = ".jsonl"
 _SEGMENT = 200  # characters of an encoded name per path component
@@ -42,6 +44,7 @@ TEXTS_KEPT = 32  # files whose last text is kept, to answer a read with one stat
 FILES_KEPT = 128  # threads whose history file stays open (for appends and flock)
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _TMP = ".tmp"
+_RWF_DSYNC = getattr(os, "RWF_DSYNC", 0) if hasattr(os, "pwritev") else 0  # Linux: a write that syncs itself
 
 
 @functools.lru_cache(maxsize=1024)
@@ -81,7 +84,11 @@ class _Handle:
     descriptor (opened on first use, kept open for appends and for ``flock``, which
     serializes writers in every process), and the counters of group commit: appends are
     counted under the lock, and one fsync after it covers every append made before it
-    started, so writers do not wait in line for each other's fsync."""
+    started, so writers do not wait in line for each other's fsync.
+
+    A writer keeps the ``flock`` after its write, as a lease (see `leases`), with the
+    file's stat as of its last write: while nobody else can write, the next write needs
+    neither lock nor stat. `LEASES` lets go of it once idle."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -89,12 +96,18 @@ class _Handle:
         self.fd: int | None = None
         self.ino = 0
         self.commits = GroupCommit()
+        self.st: os.stat_result | None = None  # while the flock is held: the file's stat
+        self.since = self.used = 0.0  # when the flock was taken, and last used
+        self.contended_until = 0.0  # until then, let go of the flock after each write
+        self.leased = False  # the flock is kept between writes (counted in `LEASES`)
 
     def lock(self) -> os.stat_result | None:
         """Hold ``flock`` on the file now at `path` (the local lock is held): the file's stat,
         or None, holding nothing, when there is no file. A file replaced or removed while this
         waited (a rewrite renames a new file into place) is let go and the new one locked, so
         that every process locks the file that is there."""
+        if self.st is not None:
+            return self.st
         while True:
             if self.fd is None:
                 try:
@@ -102,27 +115,55 @@ class _Handle:
                 except FileNotFoundError:
                     return None
                 self.ino = os.fstat(self.fd).st_ino
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another process (or store) writes it: take turns a while
+                self.contended_until = time.monotonic() + CONTENDED
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
             try:
                 st = os.stat(self.path)
             except FileNotFoundError:
                 st = None
             if st is not None and st.st_ino == self.ino:
+                self.st, self.since = st, time.monotonic()
                 return st
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             self.close()
 
-    def unlock(self) -> None:
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
+    def done(self) -> None:
+        """A write is over (the local lock is held): keep the ``flock`` as a lease, or let it go
+        when other writers have been waiting for it lately."""
+        if self.st is None:
+            return
+        self.used = time.monotonic()
+        if self.used < self.contended_until:
+            self.release()
+        elif not self.leased:
+            self.leased = True
+            LEASES.hold(self)
 
-    def append(self, data: bytes) -> _Signature:
-        """Append `data` to the locked file; the file's signature after it."""
+    def release(self) -> None:
+        """Let go of the ``flock`` (the local lock is held)."""
+        if self.st is not None:
+            self.st = None
+            fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
+        self.leased = False
+
+    def append(self, data: bytes, *, durable: bool = False) -> _Signature:
+        """Append `data` to the locked file, `durable` on disk when this returns (data and
+        size, as fdatasync, in the same system call where the platform allows); the file's
+        signature after it."""
         assert self.fd is not None
         view = memoryview(data)
         while view:
-            view = view[os.write(self.fd, view) :]
-        return _signature_of(os.fstat(self.fd))
+            if durable and _RWF_DSYNC:
+                view = view[os.pwritev(self.fd, [view], -1, _RWF_DSYNC) :]
+            else:
+                view = view[os.write(self.fd, view) :]
+        if durable and not _RWF_DSYNC:
+            os.fsync(self.fd)
+        self.st = os.fstat(self.fd)
+        return _signature_of(self.st)
 
     def sync(self) -> None:
         """fsync the history file (under the commits' `sync_lock`, which `close` takes too).
@@ -132,10 +173,15 @@ class _Handle:
             os.fsync(self.fd)
 
     def close(self) -> None:
+        """Close the file, which lets go of its ``flock`` too."""
         if self.fd is not None:
             with self.commits.sync_lock:  # not while an fsync uses it
                 os.close(self.fd)
                 self.fd = None
+        self.st = None
+        if self.leased:
+            self.leased = False
+            LEASES.forget(self)
 
 
 def _text(key: str, data: bytes) -> str:
@@ -248,14 +294,18 @@ class FileStore(DeferredAppends, Store):
     @contextmanager
     def _locked(self, key: str) -> Iterator[tuple[_Handle, os.stat_result | None]]:
         """Hold the thread's lock (a threading lock in this process, then ``flock`` on its
-        file): the handle and the file's stat, None when there is no file."""
+        file, which stays held a while as a lease): the handle and the file's stat, None when
+        there is no file. After a failed write the ``flock`` is let go, and the next writer
+        looks at the file afresh."""
         handle = self._handle(key)
         with handle.local:
             st = handle.lock()
             try:
                 yield handle, st
-            finally:
-                handle.unlock()
+            except BaseException:
+                handle.release()
+                raise
+            handle.done()
 
     @contextmanager
     def _creating(self) -> Iterator[None]:
@@ -347,14 +397,14 @@ class FileStore(DeferredAppends, Store):
     def version(self, key: str) -> _Signature | None:
         return self._signature(self._path(key))
 
-    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> _Signature | None:
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> _Signature | None:
         if version is None:
             return None
         with self._locked(key) as (handle, st):
             if st is None or _signature_of(st) != version:
                 return None
             self._texts.pop(key, None)
-            return self._append(handle, suffix)[1]
+            return self._append(handle, suffix, batch=batch)[1]
 
     def flush(self, key: str, *, linger: float = 0.0) -> None:
         """Return once every append of `key` so far is on disk. With `linger`, first wait up to
@@ -380,10 +430,16 @@ class FileStore(DeferredAppends, Store):
                     pass
         handle.close()
 
-    def _append(self, handle: _Handle, text: str) -> tuple[int, _Signature]:
+    def _append(self, handle: _Handle, text: str, *, batch: bool = False) -> tuple[int, _Signature]:
         """Append to the locked file: the ticket to pass to `_sync` once the lock is released,
-        and the file's signature."""
-        signature = handle.append(text.encode("utf-8", "surrogatepass"))
+        and the file's signature. A lone write (not part of a `batch`, and none waiting for
+        an fsync) makes itself durable as it writes: one system call instead of two, and the
+        lock it holds meanwhile keeps nobody waiting."""
+        data = text.encode("utf-8", "surrogatepass")
+        if self.fsync and not batch and not handle.commits.pending:
+            signature = handle.append(data, durable=True)
+            return handle.commits.wrote_durable(), signature
+        signature = handle.append(data)
         return handle.commits.wrote(), signature
 
     def _sync(self, handle: _Handle, ticket: int, linger: float = 0.0) -> None:

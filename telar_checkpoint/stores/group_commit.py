@@ -3,8 +3,8 @@
 A store counts its writes (`wrote`, under its own write lock) and makes them
 durable in `flush`: a writer whose write an fsync already covers returns at
 once; otherwise it waits for the fsync in progress, then starts one that covers
-every write so far. `linger` lets a writer wait a little for the next write
-first, so that one fsync serves both (PostgreSQL's ``commit_delay``).
+every write so far. `linger` lets a writer wait a little for the next write's
+fsync first, so that one fsync serves both (PostgreSQL's ``commit_delay``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class GroupCommit:
 
     def __init__(self) -> None:
         self.sync_lock = threading.Lock()  # held while an fsync runs
-        self._wrote = threading.Condition(threading.Lock())  # notified after each write
+        self._synced = threading.Condition(threading.Lock())  # notified after each fsync
         self.written = 0  # writes made (counted under the store's write lock)
         self.synced = 0  # writes known to be on disk
 
@@ -29,29 +29,38 @@ class GroupCommit:
     def wrote(self) -> int:
         """Count a write; its ticket for `flush`."""
         self.written += 1
-        ticket = self.written
-        with self._wrote:
-            self._wrote.notify_all()
-        return ticket
+        return self.written
+
+    def wrote_durable(self) -> int:
+        """Count a write that made itself durable, made while none was `pending` (so no fsync
+        is running either, and every write so far is now on disk); its ticket."""
+        self.written += 1
+        self.synced = self.written
+        return self.written
 
     def flush(self, ticket: int, sync: Callable[[], None], linger: float = 0.0) -> None:
-        """Return once write `ticket` is durable, calling `sync` (an fsync) if no other did."""
+        """Return once write `ticket` is durable, calling `sync` (an fsync) if no other did.
+        With `linger`, first wait up to that long for the fsync of a write that comes next."""
         if linger and self.synced < ticket:
-            with self._wrote:
-                self._wrote.wait_for(lambda: self.written > ticket or self.synced >= ticket, timeout=linger)
+            with self._synced:
+                self._synced.wait_for(lambda: self.synced >= ticket, timeout=linger)
+        if self.synced >= ticket:
+            return
         with self.sync_lock:
             if self.synced >= ticket:
                 return
             target = self.written
             sync()
             self.synced = target
+        with self._synced:
+            self._synced.notify_all()
 
 
 class DeferredAppends:
     """For a store whose appends become durable in `flush` (its `append_if_deferred` and
     `flush` do the work): `append_if` is the one, then the other."""
 
-    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> Hashable | None:
         raise NotImplementedError
 
     def flush(self, key: str, *, linger: float = 0.0) -> None:

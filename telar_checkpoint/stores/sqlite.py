@@ -228,7 +228,7 @@ class SQLiteStore(DeferredAppends, Store):
         with self._connection() as conn:
             return conn.execute(_LATEST, (_encode(key),)).fetchone()[0]
 
-    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> int | None:
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> int | None:
         if not isinstance(version, int):
             return None
         raw_key = _encode(key)
