@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -86,3 +87,45 @@ def test_writers_of_a_thread_take_turns_in_threads_and_coroutines() -> None:
 
     most[0] = 0
     assert asyncio.run(main()) == 1
+
+
+def test_a_writer_sees_how_many_wait_for_its_turn() -> None:
+    """A writer with others queued behind it leaves its fsync to the batch (see the saver)."""
+    locks = WriterLocks()
+    turns = locks.sync("a")
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with turns:
+            entered.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    entered.wait()
+    assert turns.waiting == 0
+    waiters = [threading.Thread(target=lambda: turns.__enter__().__exit__()) for _ in range(3)]
+    for w in waiters:
+        w.start()
+    deadline = time.monotonic() + 5
+    while turns.waiting < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert turns.waiting == 3
+    release.set()
+    for w in [holder, *waiters]:
+        w.join()
+    assert turns.waiting == 0 and not turns.locked()
+
+    async def main() -> list[int]:
+        aturns = locks.async_("a")
+        seen: list[int] = []
+
+        async def one() -> None:
+            async with aturns:
+                seen.append(aturns.waiting)
+                await asyncio.sleep(0)
+
+        await asyncio.gather(*(one() for _ in range(4)))
+        return seen
+
+    assert asyncio.run(main()) == [0, 2, 1, 0]  # the first took its turn before the others came

@@ -1,0 +1,206 @@
+"""The file store's write path: writers keep ``flock`` between writes (leases) and let it go
+when idle or when another writer waits; a lone append syncs itself, a batch shares one fsync."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from telar_checkpoint.stores import FileStore, leases
+from telar_checkpoint.stores.group_commit import GroupCommit
+
+pytestmark = pytest.mark.skipif(not hasattr(fcntl, "flock"), reason="flock")
+
+
+def locked_elsewhere(path: Path) -> bool:
+    """Whether a writer holds ``flock`` on `path` (tried from an open file of our own)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def wait_until(condition, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.002)
+    return condition()
+
+
+def test_a_writer_keeps_its_lock_between_writes_and_lets_go_when_idle(tmp_path: Path) -> None:
+    store = FileStore(tmp_path, fsync=False)
+    version = store.update_versioned("t", lambda old: "a\n")[1]
+    version = store.append_if("t", "b\n", version)
+    assert version is not None
+    assert locked_elsewhere(store.path("t"))  # the lease: held after the write returned
+    assert wait_until(lambda: not locked_elsewhere(store.path("t")), timeout=20 * leases.IDLE + 1)
+    assert store.append_if("t", "c\n", version) is not None  # the writer takes it again
+    assert store.read("t") == "a\nb\nc\n"
+    store.close()
+    assert not locked_elsewhere(store.path("t"))
+
+
+def test_a_busy_writer_lets_go_after_max_hold(tmp_path: Path) -> None:
+    """Writes that never pause still give other processes a turn."""
+    store = FileStore(tmp_path, fsync=False)
+    version = store.update_versioned("t", lambda old: "")[1]
+    free_seen = threading.Event()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            if not locked_elsewhere(store.path("t")):
+                free_seen.set()
+                return
+            time.sleep(0.001)
+
+    watcher = threading.Thread(target=watch)
+    try:
+        version = store.append_if("t", "first\n", version)
+        watcher.start()
+        start = time.monotonic()
+        while not free_seen.is_set() and time.monotonic() - start < 20 * leases.MAX_HOLD:
+            version = store.append_if("t", "x\n", version)
+            time.sleep(leases.IDLE / 10)  # never idle long enough to let go on that account
+    finally:
+        stop.set()
+        watcher.join()
+        store.close()
+    assert free_seen.is_set()
+
+
+def test_two_stores_writing_one_file_take_turns_and_lose_nothing(tmp_path: Path) -> None:
+    """Two stores on one directory (as two processes would be): each waits for the other's
+    lease, and a writer that waited lets go after each write for a while, so neither starves."""
+    one, two = FileStore(tmp_path, fsync=False), FileStore(tmp_path, fsync=False)
+    one.update("t", lambda old: "")
+    errors: list[BaseException] = []
+
+    def write(store: FileStore, tag: str) -> None:
+        try:
+            for i in range(100):
+                store.update("t", lambda old, i=i: (old or "") + f"{tag}{i}\n")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(s, tag)) for s, tag in ((one, "a"), (two, "b"))]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - start
+    assert not errors
+    text = one.read("t") or ""
+    assert sorted(text.splitlines()) == sorted([f"a{i}" for i in range(100)] + [f"b{i}" for i in range(100)])
+    assert elapsed < 100 * leases.MAX_HOLD  # took turns, not a whole lease each write
+    one.close()
+    two.close()
+
+
+def test_a_writer_that_waited_lets_go_after_each_write(tmp_path: Path) -> None:
+    one, two = FileStore(tmp_path, fsync=False), FileStore(tmp_path, fsync=False)
+    one.update("t", lambda old: "a\n")  # creates the file (a rename: no lease yet)
+    one.update("t", lambda old: (old or "") + "b\n")  # appends: `one` holds the lease now
+    assert locked_elsewhere(one.path("t"))
+    two.update("t", lambda old: (old or "") + "c\n")  # waits for it, then writes
+    assert not locked_elsewhere(two.path("t"))  # and keeps no lease: it is contended
+    assert one.read("t") == "a\nb\nc\n"
+    one.close()
+    two.close()
+
+
+def test_a_child_process_gets_a_lease_its_parent_held(tmp_path: Path) -> None:
+    if not hasattr(os, "fork"):
+        pytest.skip("forks")
+    store = FileStore(tmp_path, fsync=False)
+    store.update("t", lambda old: "parent\n")
+    store.update("t", lambda old: (old or "") + "again\n")
+    assert locked_elsewhere(store.path("t"))
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's lease is not its own; it waits, then writes
+        code = 1
+        try:
+            store.update("t", lambda old: (old or "") + "child\n")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.read("t") == "parent\nagain\nchild\n"
+    store.close()
+
+
+def test_a_lone_append_is_synced_as_it_is_written_and_a_batch_by_one_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    store = FileStore(tmp_path)
+    version = store.update_versioned("t", lambda old: "a\n")[1]
+    fsyncs.clear()
+
+    version = store.append_if_deferred("t", "b\n", version)
+    handle = store._handles["t"]
+    assert not handle.commits.pending  # durable already (RWF_DSYNC, or write then fsync)
+    store.flush("t")
+    assert len(fsyncs) == (0 if hasattr(os, "RWF_DSYNC") else 1)
+
+    fsyncs.clear()
+    version = store.append_if_deferred("t", "c\n", version, batch=True)
+    version = store.append_if_deferred("t", "d\n", version, batch=True)
+    assert handle.commits.pending
+    store.flush("t")
+    assert len(fsyncs) == 1 and not handle.commits.pending  # one fsync for the batch
+    assert store.read("t") == "a\nb\nc\nd\n"
+    store.close()
+
+
+def test_a_write_after_a_pending_one_joins_its_group_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone write must not sync itself alone while an earlier write waits for an fsync:
+    that would sync its own bytes only, and leave the earlier ones for another fsync."""
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    store = FileStore(tmp_path)
+    version = store.update_versioned("t", lambda old: "a\n")[1]
+    version = store.append_if_deferred("t", "b\n", version, batch=True)
+    fsyncs.clear()
+    version = store.append_if_deferred("t", "c\n", version)  # not a batch, but b is pending
+    store.flush("t")
+    assert len(fsyncs) == 1 and not store._handles["t"].commits.pending
+    store.close()
+
+
+def test_a_lingering_flush_is_served_by_the_next_writes_fsync() -> None:
+    commits, syncs = GroupCommit(), []
+    first = commits.wrote()
+    waiter = threading.Thread(target=commits.flush, args=(first, lambda: syncs.append("early"), 5.0))
+    waiter.start()
+    time.sleep(0.05)
+    second = commits.wrote()
+    commits.flush(second, lambda: syncs.append("second"))
+    waiter.join(timeout=5)
+    assert not waiter.is_alive()
+    assert syncs == ["second"]  # one fsync served both
+    assert commits.synced == second
+
+
+def test_a_lingering_flush_syncs_itself_when_no_write_follows() -> None:
+    commits, syncs = GroupCommit(), []
+    ticket = commits.wrote()
+    start = time.monotonic()
+    commits.flush(ticket, lambda: syncs.append("own"), 0.02)
+    assert syncs == ["own"] and time.monotonic() - start >= 0.02
