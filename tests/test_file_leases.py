@@ -204,3 +204,33 @@ def test_a_lingering_flush_syncs_itself_when_no_write_follows() -> None:
     start = time.monotonic()
     commits.flush(ticket, lambda: syncs.append("own"), 0.02)
     assert syncs == ["own"] and time.monotonic() - start >= 0.02
+
+
+@pytest.mark.parametrize("edit", ["append", "truncate", "replace"])
+def test_a_hand_edit_while_a_lease_is_held_is_seen_by_the_next_write(tmp_path: Path, edit: str) -> None:
+    """A lease keeps other stores out, not a person or a tool that takes no lock: the next
+    write still finds the file as it is, and never appends after a text it did not see."""
+    store = FileStore(tmp_path, fsync=False)
+    store.update("t", lambda old: "a\n")
+    version = store.update_versioned("t", lambda old: (old or "") + "b\n")[1]
+    assert locked_elsewhere(store.path("t"))
+    path = store.path("t")
+    if edit == "append":  # a torn tail, as a crash of a writer that took no lock leaves it
+        with open(path, "a") as f:
+            f.write("tor")
+        seen = "a\nb\ntor"
+    elif edit == "truncate":
+        with open(path, "r+") as f:
+            f.truncate(2)
+        seen = "a\n"
+    else:
+        tmp = tmp_path / "new.tmp"
+        tmp.write_text("x\n")
+        os.replace(tmp, path)
+        seen = "x\n"
+    assert store.append_if("t", "c\n", version) is None  # the version moved
+    given: list[str | None] = []
+    store.update("t", lambda old: (given.append(old), (old or "").removesuffix("tor") + "c\n")[1])
+    assert given == [seen]
+    assert store.read("t") == seen.removesuffix("tor") + "c\n"
+    store.close()

@@ -87,8 +87,9 @@ class _Handle:
     started, so writers do not wait in line for each other's fsync.
 
     A writer keeps the ``flock`` after its write, as a lease (see `leases`), with the
-    file's stat as of its last write: while nobody else can write, the next write needs
-    neither lock nor stat. `LEASES` lets go of it once idle."""
+    file's stat as of its last write: the next write needs no ``flock``, only a ``stat``
+    that finds the file as it was left (no store can change it meanwhile, but a hand or a
+    tool that takes no lock can). `LEASES` lets go of it once idle."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -106,8 +107,14 @@ class _Handle:
         or None, holding nothing, when there is no file. A file replaced or removed while this
         waited (a rewrite renames a new file into place) is let go and the new one locked, so
         that every process locks the file that is there."""
-        if self.st is not None:
-            return self.st
+        if self.st is not None:  # leased: still the file this handle last wrote?
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                st = None
+            if st is not None and _signature_of(st) == _signature_of(self.st):
+                return st
+            self.release()  # changed by another hand (not through a store): look afresh
         while True:
             if self.fd is None:
                 try:
