@@ -121,6 +121,21 @@ def test_a_writer_that_waited_lets_go_after_each_write(tmp_path: Path) -> None:
     two.close()
 
 
+def test_a_writer_whose_file_another_wrote_meanwhile_stops_leasing(tmp_path: Path) -> None:
+    """The lease holder never waited, but finds on its next write that someone wrote while it
+    had let go: it takes turns a write at a time too, instead of keeping the other waiting."""
+    one, two = FileStore(tmp_path, fsync=False), FileStore(tmp_path, fsync=False)
+    one.update("t", lambda old: "a\n")
+    one.update("t", lambda old: (old or "") + "b\n")
+    assert locked_elsewhere(one.path("t"))
+    two.update("t", lambda old: (old or "") + "c\n")  # waits for the lease to go, writes, lets go
+    one.update("t", lambda old: (old or "") + "d\n")
+    assert not locked_elsewhere(one.path("t"))
+    assert one.read("t") == "a\nb\nc\nd\n"
+    one.close()
+    two.close()
+
+
 def test_a_child_process_gets_a_lease_its_parent_held(tmp_path: Path) -> None:
     if not hasattr(os, "fork"):
         pytest.skip("forks")

@@ -3,14 +3,15 @@
 Any thread id maps to a safe, reversible file name: bytes outside
 ``[A-Za-z0-9_-]`` are percent-encoded (so no ``/``, ``..``, NUL or newline
 reaches the filesystem), and a name longer than a path component allows is cut
-into nested ``.d`` directories. A write that extends the file is an append
-followed by ``fsync``; any other write goes to a temporary file that is
+into nested ``.d`` directories. A write that extends the file is an append,
+durable when acknowledged: a lone one syncs itself as it writes (``RWF_DSYNC``),
+a batch shares one ``fsync``; any other write goes to a temporary file that is
 fsynced and renamed over the old one. Writers of one thread, in threads or in
 processes, are serialized by ``flock`` on its history file, whose descriptor
-stays open (for the most recently used threads), so that a write takes the lock,
-checks the file is still the one at its path (a ``stat`` that gives its version
-too), appends, and lets go: five system calls, and an fsync shared with the
-writes around it. Creating or removing a file takes ``flock`` on the store's
+stays open (for the most recently used threads). A writer keeps the lock
+between its writes, as a lease (`leases`), so that a write under it is a
+``stat`` (the file is still as the lease left it), the append, and an ``fstat``
+(its new version). Creating or removing a file takes ``flock`` on the store's
 directory instead. Files and directories are created owner-only (0600 / 0700)
 unless `mode` says otherwise.
 """
@@ -100,6 +101,7 @@ class _Handle:
         self.st: os.stat_result | None = None  # while the flock is held: the file's stat
         self.since = self.used = 0.0  # when the flock was taken, and last used
         self.contended_until = 0.0  # until then, let go of the flock after each write
+        self.left: _Signature | None = None  # the file's signature when this last let go of it
         self.leased = False  # the flock is kept between writes (counted in `LEASES`)
 
     def lock(self) -> os.stat_result | None:
@@ -125,6 +127,7 @@ class _Handle:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:  # another process (or store) writes it: take turns a while
+                # (the other side finds the file changed when it next takes the lock)
                 self.contended_until = time.monotonic() + CONTENDED
                 fcntl.flock(self.fd, fcntl.LOCK_EX)
             try:
@@ -133,6 +136,9 @@ class _Handle:
                 st = None
             if st is not None and st.st_ino == self.ino:
                 self.st, self.since = st, time.monotonic()
+                if self.left is not None and _signature_of(st) != self.left:  # another wrote meanwhile
+                    self.contended_until = self.since + CONTENDED
+                self.left = None
                 return st
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             self.close()
@@ -152,7 +158,7 @@ class _Handle:
     def release(self) -> None:
         """Let go of the ``flock`` (the local lock is held)."""
         if self.st is not None:
-            self.st = None
+            self.left, self.st = _signature_of(self.st), None
             fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
         self.leased = False
 
@@ -185,7 +191,7 @@ class _Handle:
             with self.commits.sync_lock:  # not while an fsync uses it
                 os.close(self.fd)
                 self.fd = None
-        self.st = None
+        self.st = self.left = None
         if self.leased:
             self.leased = False
             LEASES.forget(self)
