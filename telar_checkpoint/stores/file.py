@@ -9,9 +9,10 @@ a batch shares one ``fsync``; any other write goes to a temporary file that is
 fsynced and renamed over the old one. Writers of one thread, in threads or in
 processes, are serialized by ``flock`` on its history file, whose descriptor
 stays open (for the most recently used threads). A writer keeps the lock
-between its writes, as a lease (`leases`), so that a write under it is a
-``stat`` (the file is still as the lease left it), the append, and an ``fstat``
-(its new version). Creating or removing a file takes ``flock`` on the store's
+between its writes, as a lease (`leases`), so that a write under it is the
+append and an ``fstat``, which gives the new version and finds out whether a
+person or a tool that takes no lock changed the file meanwhile (the append is
+then taken back and the change made again on what is there). Creating or removing a file takes ``flock`` on the store's
 directory instead. Files and directories are created owner-only (0600 / 0700)
 unless `mode` says otherwise.
 """
@@ -88,9 +89,11 @@ class _Handle:
     started, so writers do not wait in line for each other's fsync.
 
     A writer keeps the ``flock`` after its write, as a lease (see `leases`), with the
-    file's stat as of its last write: the next write needs no ``flock``, only a ``stat``
-    that finds the file as it was left (no store can change it meanwhile, but a hand or a
-    tool that takes no lock can). `LEASES` lets go of it once idle."""
+    file's stat as of its last write: the next write needs no ``flock`` and no ``stat``. No
+    store can change the file meanwhile, but a person or a tool that takes no lock can:
+    the ``fstat`` after each append finds that out (the size is not what it left plus what
+    it wrote, or the file is unlinked), and the append is taken back. `LEASES` lets go of
+    the lease once idle."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -109,14 +112,8 @@ class _Handle:
         or None, holding nothing, when there is no file. A file replaced or removed while this
         waited (a rewrite renames a new file into place) is let go and the new one locked, so
         that every process locks the file that is there."""
-        if self.st is not None:  # leased: still the file this handle last wrote?
-            try:
-                st = os.stat(self.path)
-            except FileNotFoundError:
-                st = None
-            if st is not None and _signature_of(st) == _signature_of(self.st):
-                return st
-            self.release()  # changed by another hand (not through a store): look afresh
+        if self.st is not None:  # leased: no store can have written since (see `append`)
+            return self.st
         while True:
             if self.fd is None:
                 try:
@@ -162,11 +159,14 @@ class _Handle:
             fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
         self.leased = False
 
-    def append(self, data: bytes, *, durable: bool = False) -> _Signature:
+    def append(self, data: bytes, *, durable: bool = False) -> _Signature | None:
         """Append `data` to the locked file, `durable` on disk when this returns (data and
         size, as fdatasync, in the same system call where the platform allows); the file's
-        signature after it."""
-        assert self.fd is not None
+        signature after it. None, with nothing appended, when the file turns out to have
+        been changed by another hand since this handle last saw it (a person or a tool
+        that takes no lock: no store can, while the lock is held): the caller looks again."""
+        assert self.fd is not None and self.st is not None
+        expected = self.st.st_size + len(data)
         view = memoryview(data)
         while view:
             if durable and _RWF_DSYNC:
@@ -175,8 +175,22 @@ class _Handle:
                 view = view[os.write(self.fd, view) :]
         if durable and not _RWF_DSYNC:
             os.fsync(self.fd)
-        self.st = os.fstat(self.fd)
-        return _signature_of(self.st)
+        st = os.fstat(self.fd)
+        if st.st_size == expected and st.st_nlink:
+            self.st = st
+            return _signature_of(st)
+        if st.st_nlink:  # appended after text it did not see: take it back
+            os.ftruncate(self.fd, st.st_size - len(data))
+        self.forget()  # (an unlinked file is replaced or removed: the path is looked up again)
+        return None
+
+    def forget(self) -> None:
+        """Let go of the ``flock`` and of what this handle knew of the file, which another hand
+        changed (the local lock is held)."""
+        if self.st is not None:
+            self.st = self.left = None
+            fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
+        self.leased = False
 
     def sync(self) -> None:
         """fsync the history file (under the commits' `sync_lock`, which `close` takes too).
@@ -388,9 +402,15 @@ class FileStore(DeferredAppends, Store):
                     return None, None
                 if new.startswith(old):  # type: ignore[arg-type]
                     if len(new) > len(old):  # type: ignore[arg-type]
-                        ticket, signature = self._append(handle, new[len(old) :])  # type: ignore[arg-type]
+                        appended = self._append(handle, new[len(old) :])  # type: ignore[arg-type]
+                        if appended is None:
+                            continue  # the file was changed by another hand: change what is there
+                        ticket, signature = appended
                     self._remember(key, signature, new)  # type: ignore[arg-type]
                 else:
+                    if self._signature(self._path(key)) != signature:  # under a lease, `st` is not a fresh look
+                        handle.forget()
+                        continue
                     signature = self._replace(key, new)
                     handle.close()  # the file it locked was replaced (which lets the lock go)
             self._sync(handle, ticket)
@@ -417,7 +437,8 @@ class FileStore(DeferredAppends, Store):
             if st is None or _signature_of(st) != version:
                 return None
             self._texts.pop(key, None)
-            return self._append(handle, suffix, batch=batch)[1]
+            appended = self._append(handle, suffix, batch=batch)
+            return None if appended is None else appended[1]
 
     def flush(self, key: str, *, linger: float = 0.0) -> None:
         """Return once every append of `key` so far is on disk. With `linger`, first wait up to
@@ -443,17 +464,18 @@ class FileStore(DeferredAppends, Store):
                     pass
         handle.close()
 
-    def _append(self, handle: _Handle, text: str, *, batch: bool = False) -> tuple[int, _Signature]:
+    def _append(self, handle: _Handle, text: str, *, batch: bool = False) -> tuple[int, _Signature] | None:
         """Append to the locked file: the ticket to pass to `_sync` once the lock is released,
-        and the file's signature. A lone write (not part of a `batch`, and none waiting for
-        an fsync) makes itself durable as it writes: one system call instead of two, and the
-        lock it holds meanwhile keeps nobody waiting."""
+        and the file's signature; None when another hand had changed the file (nothing is
+        appended then). A lone write (not part of a `batch`, and none waiting for an fsync)
+        makes itself durable as it writes: one system call instead of two, and the lock it
+        holds meanwhile keeps nobody waiting."""
         data = text.encode("utf-8", "surrogatepass")
-        if self.fsync and not batch and not handle.commits.pending:
-            signature = handle.append(data, durable=True)
-            return handle.commits.wrote_durable(), signature
-        signature = handle.append(data)
-        return handle.commits.wrote(), signature
+        durable = self.fsync and not batch and not handle.commits.pending
+        signature = handle.append(data, durable=durable)
+        if signature is None:
+            return None
+        return (handle.commits.wrote_durable() if durable else handle.commits.wrote()), signature
 
     def _sync(self, handle: _Handle, ticket: int, linger: float = 0.0) -> None:
         """Return once append `ticket` is on disk: one fsync serves every append made before it."""
