@@ -3,6 +3,7 @@ when idle or when another writer waits; a lone append syncs itself, a batch shar
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
@@ -248,4 +249,32 @@ def test_a_hand_edit_while_a_lease_is_held_is_seen_by_the_next_write(tmp_path: P
     store.update("t", lambda old: (given.append(old), (old or "").removesuffix("tor") + "c\n")[1])
     assert given == [seen]
     assert store.read("t") == seen.removesuffix("tor") + "c\n"
+    store.close()
+
+
+def test_a_kernel_without_self_syncing_writes_gets_write_then_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before Linux 4.7, pwritev refuses RWF_DSYNC: the lone append then writes and fsyncs,
+    and later ones do so without trying again."""
+    from telar_checkpoint.stores import file as file_module
+
+    monkeypatch.setitem(file_module._DSYNC, "flag", getattr(os, "RWF_DSYNC", 1))
+    tries: list[int] = []
+
+    def refuse(*_args: object) -> int:
+        tries.append(1)
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "pwritev", refuse, raising=False)
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    store = FileStore(tmp_path)
+    version = store.update_versioned("t", lambda old: "a\n")[1]
+    fsyncs.clear()
+    version = store.append_if("t", "b\n", version)
+    version = store.append_if("t", "c\n", version)
+    assert version is not None and store.read("t") == "a\nb\nc\n"
+    assert tries == [1] and len(fsyncs) == 2 and not store._handles["t"].commits.pending
     store.close()

@@ -19,6 +19,7 @@ unless `mode` says otherwise.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import hashlib
@@ -46,7 +47,7 @@ TEXTS_KEPT = 32  # files whose last text is kept, to answer a read with one stat
 FILES_KEPT = 128  # threads whose history file stays open (for appends and flock)
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _TMP = ".tmp"
-_RWF_DSYNC = getattr(os, "RWF_DSYNC", 0) if hasattr(os, "pwritev") else 0  # Linux: a write that syncs itself
+_DSYNC = {"flag": getattr(os, "RWF_DSYNC", 0) if hasattr(os, "pwritev") else 0}  # Linux 4.7+: a write that syncs itself
 
 
 @functools.lru_cache(maxsize=1024)
@@ -168,12 +169,18 @@ class _Handle:
         assert self.fd is not None and self.st is not None
         expected = self.st.st_size + len(data)
         view = memoryview(data)
+        dsync = _DSYNC["flag"] if durable else 0
         while view:
-            if durable and _RWF_DSYNC:
-                view = view[os.pwritev(self.fd, [view], -1, _RWF_DSYNC) :]
-            else:
-                view = view[os.write(self.fd, view) :]
-        if durable and not _RWF_DSYNC:
+            if dsync:
+                try:
+                    view = view[os.pwritev(self.fd, [view], -1, dsync) :]
+                    continue
+                except OSError as exc:  # an older kernel: nothing written; write, then fsync
+                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                        raise
+                    _DSYNC["flag"] = dsync = 0
+            view = view[os.write(self.fd, view) :]
+        if durable and not dsync:
             os.fsync(self.fd)
         st = os.fstat(self.fd)
         if st.st_size == expected and st.st_nlink:
