@@ -29,10 +29,10 @@ def stripe(thread_id: str, stripes: int) -> int:
 
 class WriterLocks:
     """A `threading.Lock` per stripe for sync writers, and an `asyncio.Lock` per stripe and
-    event loop; each counts the writers waiting for it (`queued`)."""
+    event loop; each counts the writers waiting for it (`waiting`)."""
 
     def __init__(self, stripes: int = STRIPES) -> None:
-        self._sync = [_Turns(threading.Lock()) for _ in range(stripes)]
+        self._sync = [_Turns() for _ in range(stripes)]
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_AsyncTurns]] = weakref.WeakKeyDictionary()
         self._guard = threading.Lock()
 
@@ -54,17 +54,19 @@ class _Turns:
     """A lock that counts the writers waiting for it: a writer that sees others queued
     behind it can leave its fsync to the group commit that will serve them all."""
 
-    def __init__(self, lock: threading.Lock) -> None:
-        self._lock = lock
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._count = threading.Lock()
         self.waiting = 0  # writers that want the lock and do not hold it yet
 
     def __enter__(self) -> _Turns:
         with self._count:
             self.waiting += 1
-        self._lock.acquire()
-        with self._count:
-            self.waiting -= 1
+        try:
+            self._lock.acquire()
+        finally:
+            with self._count:
+                self.waiting -= 1
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -91,9 +93,6 @@ class _AsyncTurns:
 
     async def __aexit__(self, *exc: object) -> None:
         self._lock.release()
-
-    def locked(self) -> bool:
-        return self._lock.locked()
 
 
 class Lingers:

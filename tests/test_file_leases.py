@@ -8,6 +8,7 @@ import fcntl
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def locked_elsewhere(path: Path) -> bool:
     return False
 
 
-def wait_until(condition, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
@@ -137,9 +138,8 @@ def test_a_writer_whose_file_another_wrote_meanwhile_stops_leasing(tmp_path: Pat
     two.close()
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
 def test_a_child_process_gets_a_lease_its_parent_held(tmp_path: Path) -> None:
-    if not hasattr(os, "fork"):
-        pytest.skip("forks")
     store = FileStore(tmp_path, fsync=False)
     store.update("t", lambda old: "parent\n")
     store.update("t", lambda old: (old or "") + "again\n")

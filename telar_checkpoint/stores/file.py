@@ -194,10 +194,8 @@ class _Handle:
     def forget(self) -> None:
         """Let go of the ``flock`` and of what this handle knew of the file, which another hand
         changed (the local lock is held)."""
-        if self.st is not None:
-            self.st = self.left = None
-            fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
-        self.leased = False
+        self.release()
+        self.left = None
 
     def sync(self) -> None:
         """fsync the history file (under the commits' `sync_lock`, which `close` takes too).
