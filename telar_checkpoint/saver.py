@@ -7,9 +7,11 @@ the pure codec, so the sync and async twins share all their logic.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -33,11 +35,12 @@ from telar_checkpoint.parse_cache import VersionedHistories
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.file import FileStore
-from telar_checkpoint.writer_locks import Lingers, WriterLocks
+from telar_checkpoint.writer_locks import AsyncTurns, Batch, Lingers, Turns, WriterLocks
 
 DEFAULT_DIRECTORY = ".telar-checkpoint"
 WRITES_LINGER = 0.002  # at most, seconds a put_writes may wait for the next write to share its fsync
 Version = int | str
+_Lines = tuple[Hashable, History, str]  # what to append: the version it needs, the history it makes, the text
 
 
 def _thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
@@ -149,20 +152,74 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         text = await self.store.aread(thread_id)
         return self._parsed(thread_id, version, text, await self.store.aversion(thread_id) if version is not None else None)
 
-    def _fast_lines(self, thread_id: str, make_lines: Any) -> tuple[Hashable, History, str] | None:
-        """The change as lines to append to the last history kept, with the version it needs,
-        or None to take the slow path. Nothing is asked of the store: `append_if` only
-        appends if the store is still at that version, so a stale history costs a retry."""
-        cached = self._histories.latest(thread_id)
-        if cached is None:
-            return None
-        version, history = cached[0], cached[1].clone()
-        lines = make_lines(history)
-        return None if lines is None else (version, history, "".join(line + "\n" for line in lines))
-
     def _after_update(self, thread_id: str, new: str | None, version: Hashable | None) -> None:
         if new is not None and version is not None:
             self._histories.keep(thread_id, version, self.codec.parse(thread_id, new))
+
+    def _join(self, turns: Turns | AsyncTurns, thread_id: str, make_lines: Any, change: Any) -> Batch | None:
+        """Leave the change with the thread's `Batch` for the next writer to append (see
+        `Lingers`); None when there is no kept history to build its lines on."""
+        batch = turns.batches.get(thread_id)
+        if batch is None:
+            cached = self._histories.latest(thread_id)
+            if cached is None or cached[1].torn is not None:
+                return None
+            batch = Batch(cached[0], cached[1].clone(), turns.event())
+        if batch.history is not None:
+            try:
+                lines = make_lines(batch.history)
+            except BaseException:
+                batch.history = None  # it may be half changed: the batch goes the slow way
+                raise
+            if lines is None:
+                batch.history = None
+            else:
+                batch.text += "".join(line + "\n" for line in lines)
+        batch.changes.append(change)
+        turns.batches[thread_id] = batch
+        return batch
+
+    def _take(self, turns: Turns | AsyncTurns, thread_id: str, make_lines: Any) -> tuple[Batch | None, _Lines | None]:
+        """The thread's waiting batch (taken from the turns) and the lines to append for it and
+        this change, with the version they need and the history they make; lines None: take
+        the slow path. Nothing is asked of the store: `append_if` only appends if the store is
+        still at that version, so a stale history costs a retry."""
+        carried = turns.batches.get(thread_id)
+        try:
+            lines = self._lines(thread_id, carried, make_lines)
+        except BaseException:
+            if carried is not None:
+                carried.history = None  # it may be half changed; its writers send it the slow way
+            raise
+        turns.batches.pop(thread_id, None)
+        return carried, lines
+
+    def _lines(self, thread_id: str, carried: Batch | None, make_lines: Any) -> _Lines | None:
+        if carried is not None:
+            if carried.history is None:
+                return None
+            version, history, text = carried.version, carried.history, carried.text
+        else:
+            cached = self._histories.latest(thread_id)
+            if cached is None:
+                return None
+            version, history, text = cached[0], cached[1].clone(), ""
+        lines = make_lines(history) if make_lines is not None else []
+        return None if lines is None else (version, history, text + "".join(line + "\n" for line in lines))
+
+    @staticmethod
+    def _changes(carried: Batch | None, change: Any) -> Any:
+        """The carried batch's changes and this one, as one change of the stored string."""
+        changes = [*(carried.changes if carried is not None else ()), *(() if change is None else (change,))]
+        if len(changes) == 1:
+            return changes[0]
+
+        def apply(old: str | None) -> str | None:
+            for each in changes:
+                old = each(old)
+            return old
+
+        return apply
 
     def _write(self, thread_id: str, make_lines: Any, change: Any, writes: bool = False) -> None:
         """Append the change's lines when the kept history is current, else update whole.
@@ -170,48 +227,116 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         Writers of the thread take turns until their lines are appended; each then waits
         for the disk on its own, so the next one can append meanwhile. Pending writes
         may linger (see `Lingers`): LangGraph puts the step's checkpoint right after
-        them, and one fsync then serves both. A write that lingers or has writers queued
-        behind it is appended as part of a batch (`batch`), which one flush makes durable."""
-        with self._writers.sync(thread_id) as turns:
+        them, so they wait, as a `Batch`, for that put to append them with its own line
+        in one store write. A write with writers queued behind it is appended as part of
+        a batch for the store's group commit (`batch`), which one flush makes durable."""
+        turns = self._writers.sync(thread_id)
+        with turns:
             linger = self._lingers.wrote(thread_id, writes=writes)
-            appended = self._write_now(thread_id, make_lines, change, batch=bool(linger or turns.waiting))
-        if appended:
-            self.store.flush(thread_id, linger=linger)
+            joined = self._join(turns, thread_id, make_lines, change) if linger else None
+            if joined is None:
+                carried, lines = self._take(turns, thread_id, make_lines)
+                appended = self._store_now(thread_id, carried, lines, change, batch=bool(turns.waiting))
+        if joined is None:
+            self._flushed(thread_id, carried, appended)
+            return
+        done = cast(threading.Event, joined.done)
+        if not done.wait(linger):
+            with turns:
+                mine = turns.batches.get(thread_id) is joined  # nobody came: write it ourselves
+                if mine:
+                    carried, lines = self._take(turns, thread_id, None)
+                    appended = self._store_now(thread_id, carried, lines, None, batch=bool(turns.waiting))
+            if mine:
+                self._flushed(thread_id, carried, appended)
+            done.wait()
+        joined.result()
 
-    def _write_now(self, thread_id: str, make_lines: Any, change: Any, batch: bool) -> bool:
-        fast = self._fast_lines(thread_id, make_lines)
-        if fast is not None:
-            version, history, suffix = fast
-            if not suffix and self.store.version(thread_id) == version:
-                return False
-            new_version = self.store.append_if_deferred(thread_id, suffix, version, batch=batch) if suffix else None
-            if new_version is not None:
-                self._histories.keep(thread_id, new_version, history)
-                return True
-        self._after_update(thread_id, *self.store.update_versioned(thread_id, change))
+    def _store_now(self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, batch: bool) -> bool:
+        """Append `lines` if the store is at their version, else update whole; whether it
+        appended (and so needs a flush, see `_flushed`). A failure fails the carried batch too."""
+        try:
+            if lines is not None:
+                version, history, suffix = lines
+                if not suffix and self.store.version(thread_id) == version:
+                    return False
+                new_version = self.store.append_if_deferred(thread_id, suffix, version, batch=batch) if suffix else None
+                if new_version is not None:
+                    self._histories.keep(thread_id, new_version, history)
+                    return True
+            self._after_update(thread_id, *self.store.update_versioned(thread_id, self._changes(carried, change)))
+        except BaseException as exc:
+            if carried is not None:
+                carried.finish(exc)
+            raise
         return False
+
+    def _flushed(self, thread_id: str, carried: Batch | None, appended: bool) -> None:
+        """Make an append durable, then let the writers of the batch it carried return."""
+        try:
+            if appended:
+                self.store.flush(thread_id)
+        except BaseException as exc:
+            if carried is not None:
+                carried.finish(exc)
+            raise
+        if carried is not None:
+            carried.finish()
 
     async def _awrite(self, thread_id: str, make_lines: Any, change: Any, writes: bool = False) -> None:
-        async with self._writers.async_(thread_id) as turns:
+        turns = self._writers.async_(thread_id)
+        async with turns:
             linger = self._lingers.wrote(thread_id, writes=writes)
-            appended = await self._awrite_now(thread_id, make_lines, change, batch=bool(linger or turns.waiting))
-        if appended:
-            await self.store.aflush(thread_id, linger=linger)
+            joined = self._join(turns, thread_id, make_lines, change) if linger else None
+            if joined is None:
+                carried, lines = self._take(turns, thread_id, make_lines)
+                appended = await self._astore_now(thread_id, carried, lines, change, batch=bool(turns.waiting))
+        if joined is None:
+            await self._aflushed(thread_id, carried, appended)
+            return
+        adone = cast(asyncio.Event, joined.done)
+        try:
+            await asyncio.wait_for(adone.wait(), linger)
+        except asyncio.TimeoutError:
+            async with turns:
+                mine = turns.batches.get(thread_id) is joined
+                if mine:
+                    carried, lines = self._take(turns, thread_id, None)
+                    appended = await self._astore_now(thread_id, carried, lines, None, batch=bool(turns.waiting))
+            if mine:
+                await self._aflushed(thread_id, carried, appended)
+            await adone.wait()
+        joined.result()
 
-    async def _awrite_now(self, thread_id: str, make_lines: Any, change: Any, batch: bool) -> bool:
-        fast = self._fast_lines(thread_id, make_lines)
-        if fast is not None:
-            version, history, suffix = fast
-            if not suffix and await self.store.aversion(thread_id) == version:
-                return False
-            new_version = (
-                await self.store.aappend_if_deferred(thread_id, suffix, version, batch=batch) if suffix else None
-            )
-            if new_version is not None:
-                self._histories.keep(thread_id, new_version, history)
-                return True
-        self._after_update(thread_id, *(await self.store.aupdate_versioned(thread_id, change)))
+    async def _astore_now(self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, batch: bool) -> bool:
+        try:
+            if lines is not None:
+                version, history, suffix = lines
+                if not suffix and await self.store.aversion(thread_id) == version:
+                    return False
+                new_version = (
+                    await self.store.aappend_if_deferred(thread_id, suffix, version, batch=batch) if suffix else None
+                )
+                if new_version is not None:
+                    self._histories.keep(thread_id, new_version, history)
+                    return True
+            self._after_update(thread_id, *(await self.store.aupdate_versioned(thread_id, self._changes(carried, change))))
+        except BaseException as exc:
+            if carried is not None:
+                carried.finish(exc)
+            raise
         return False
+
+    async def _aflushed(self, thread_id: str, carried: Batch | None, appended: bool) -> None:
+        try:
+            if appended:
+                await self.store.aflush(thread_id)
+        except BaseException as exc:
+            if carried is not None:
+                carried.finish(exc)
+            raise
+        if carried is not None:
+            carried.finish()
 
     def _put_change(self, thread_id: str, record: CheckpointRecord) -> tuple[Any, Any]:
         return (

@@ -10,6 +10,10 @@ the store's compare-and-append settles that.
 The locks are striped (a fixed number, chosen by the thread id's hash), so memory
 stays bounded however many threads a saver writes; two threads that share a stripe
 only wait for each other a little.
+
+A writer may also leave its lines with the turns, as a `Batch`, for the next
+writer of the thread to append together with its own: one store write (one
+commit, one fsync) then serves both, and both return once it is durable.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ import asyncio
 import threading
 import time
 import weakref
+from collections.abc import Callable
+from typing import Any
+
+from telar_checkpoint.errors import StoreError
+from telar_checkpoint.history import History
 
 STRIPES = 64
 
@@ -32,34 +41,70 @@ class WriterLocks:
     event loop; each counts the writers waiting for it (`waiting`)."""
 
     def __init__(self, stripes: int = STRIPES) -> None:
-        self._sync = [_Turns() for _ in range(stripes)]
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_AsyncTurns]] = weakref.WeakKeyDictionary()
+        self._sync = [Turns() for _ in range(stripes)]
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[AsyncTurns]] = weakref.WeakKeyDictionary()
         self._guard = threading.Lock()
 
-    def sync(self, thread_id: str) -> _Turns:
+    def sync(self, thread_id: str) -> Turns:
         """The turns sync writers of `thread_id` take (``with``) while they write."""
         return self._sync[stripe(thread_id, len(self._sync))]
 
-    def async_(self, thread_id: str) -> _AsyncTurns:
+    def async_(self, thread_id: str) -> AsyncTurns:
         """The turns async writers of `thread_id` in the running event loop take (``async with``)."""
         loop = asyncio.get_running_loop()
         turns = self._async.get(loop)
         if turns is None:
             with self._guard:
-                turns = self._async.setdefault(loop, [_AsyncTurns() for _ in self._sync])
+                turns = self._async.setdefault(loop, [AsyncTurns() for _ in self._sync])
         return turns[stripe(thread_id, len(turns))]
 
 
-class _Turns:
+class Batch:
+    """Lines of one thread that wait, with the turns, for the next writer to append them.
+
+    `version` is the store's version they append to and `history` the kept history
+    with them added (None once a change to it failed: the batch then goes the slow
+    way). `changes` are the same changes as functions of the stored string, for
+    when the store moved on. `done` is set once the batch is durable or failed.
+    """
+
+    def __init__(self, version: Any, history: History, done: threading.Event | asyncio.Event) -> None:
+        self.version = version
+        self.history: History | None = history
+        self.text = ""
+        self.changes: list[Callable[[str | None], str]] = []
+        self.done = done
+        self.error: BaseException | None = None
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """Wake the writers whose lines this batch holds: their write is durable, or failed."""
+        if error is not None and not isinstance(error, Exception):  # the carrier was interrupted
+            error = StoreError(f"the write carrying these pending writes was interrupted ({type(error).__name__})")
+        self.error = error
+        self.done.set()
+
+    def result(self) -> None:
+        """Return once written; raise the error that stopped it."""
+        if self.error is not None:
+            raise self.error
+
+
+class Turns:
     """A lock that counts the writers waiting for it: a writer that sees others queued
-    behind it can leave its fsync to the group commit that will serve them all."""
+    behind it can leave its fsync to the group commit that will serve them all.
+    `batches` holds each thread's `Batch` waiting for a writer (used under the lock)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._count = threading.Lock()
         self.waiting = 0  # writers that want the lock and do not hold it yet
+        self.batches: dict[str, Batch] = {}
 
-    def __enter__(self) -> _Turns:
+    @staticmethod
+    def event() -> threading.Event:
+        return threading.Event()
+
+    def __enter__(self) -> Turns:
         with self._count:
             self.waiting += 1
         try:
@@ -76,14 +121,19 @@ class _Turns:
         return self._lock.locked()
 
 
-class _AsyncTurns:
-    """`_Turns` for coroutines of one event loop (which need no lock to count)."""
+class AsyncTurns:
+    """`Turns` for coroutines of one event loop (which need no lock to count)."""
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
         self.waiting = 0
+        self.batches: dict[str, Batch] = {}
 
-    async def __aenter__(self) -> _AsyncTurns:
+    @staticmethod
+    def event() -> asyncio.Event:
+        return asyncio.Event()
+
+    async def __aenter__(self) -> AsyncTurns:
         self.waiting += 1
         try:
             await self._lock.acquire()
