@@ -38,7 +38,7 @@ from telar_checkpoint.stores.file import FileStore
 from telar_checkpoint.writer_locks import AsyncTurns, Batch, Lingers, Turns, WriterLocks
 
 DEFAULT_DIRECTORY = ".telar-checkpoint"
-WRITES_LINGER = 0.002  # at most, seconds a put_writes may wait for the next write to share its fsync
+WRITES_LINGER = 0.002  # at most, seconds a put_writes may wait for the next write to carry its lines
 Version = int | str
 _Lines = tuple[Hashable, History, str]  # what to append: the version it needs, the history it makes, the text
 

@@ -146,7 +146,7 @@ class AsyncTurns:
 
 
 class Lingers:
-    """How long a thread's pending writes may wait for the next write to share its fsync.
+    """How long a thread's pending writes may wait for the next write to carry them (`Batch`).
 
     LangGraph follows a task's `put_writes` with the step's `put` within a
     millisecond or so, from another thread. The gap between a `put_writes` and the

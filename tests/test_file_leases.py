@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from telar_checkpoint.stores import FileStore, leases
-from telar_checkpoint.stores.group_commit import GroupCommit
 
 pytestmark = pytest.mark.skipif(not hasattr(fcntl, "flock"), reason="flock")
 
@@ -198,28 +197,6 @@ def test_a_write_after_a_pending_one_joins_its_group_commit(tmp_path: Path, monk
     store.flush("t")
     assert len(fsyncs) == 1 and not store._handles["t"].commits.pending
     store.close()
-
-
-def test_a_lingering_flush_is_served_by_the_next_writes_fsync() -> None:
-    commits, syncs = GroupCommit(), []
-    first = commits.wrote()
-    waiter = threading.Thread(target=commits.flush, args=(first, lambda: syncs.append("early"), 5.0))
-    waiter.start()
-    time.sleep(0.05)
-    second = commits.wrote()
-    commits.flush(second, lambda: syncs.append("second"))
-    waiter.join(timeout=5)
-    assert not waiter.is_alive()
-    assert syncs == ["second"]  # one fsync served both
-    assert commits.synced == second
-
-
-def test_a_lingering_flush_syncs_itself_when_no_write_follows() -> None:
-    commits, syncs = GroupCommit(), []
-    ticket = commits.wrote()
-    start = time.monotonic()
-    commits.flush(ticket, lambda: syncs.append("own"), 0.02)
-    assert syncs == ["own"] and time.monotonic() - start >= 0.02
 
 
 @pytest.mark.parametrize("edit", ["append", "truncate", "replace"])

@@ -71,10 +71,9 @@ class Store(ABC):
         when that is cheaper)."""
         return self.append_if(key, suffix, version)
 
-    def flush(self, key: str, *, linger: float = 0.0) -> None:
+    def flush(self, key: str) -> None:
         """Return once every write of `key` made so far is durable (a no-op where writes are
-        durable when they return). `linger`: seconds it may first wait for another write of
-        `key` to share the work (a hint)."""
+        durable when they return)."""
 
     def foreign(self) -> list[str]:
         """Entries in the store's space that are not values of this store (listed apart)."""
@@ -121,9 +120,9 @@ class Store(ABC):
             return await self.aappend_if(key, suffix, version)
         return await asyncio.to_thread(self.append_if_deferred, key, suffix, version, batch=batch)
 
-    async def aflush(self, key: str, *, linger: float = 0.0) -> None:
+    async def aflush(self, key: str) -> None:
         if type(self).flush is not Store.flush:
-            await asyncio.to_thread(self.flush, key, linger=linger)
+            await asyncio.to_thread(self.flush, key)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)

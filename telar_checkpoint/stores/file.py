@@ -445,12 +445,10 @@ class FileStore(DeferredAppends, Store):
             appended = self._append(handle, suffix, batch=batch)
             return None if appended is None else appended[1]
 
-    def flush(self, key: str, *, linger: float = 0.0) -> None:
-        """Return once every append of `key` so far is on disk. With `linger`, first wait up to
-        that many seconds for another append of `key`, so that one fsync serves both (group
-        commit, as PostgreSQL's ``commit_delay``)."""
+    def flush(self, key: str) -> None:
+        """Return once every append of `key` so far is on disk."""
         handle = self._handle(key)
-        self._sync(handle, handle.commits.written, linger)
+        self._sync(handle, handle.commits.written)
 
     def delete(self, key: str) -> None:
         with self._locked(key) as (handle, st):
@@ -482,10 +480,10 @@ class FileStore(DeferredAppends, Store):
             return None
         return (handle.commits.wrote_durable() if durable else handle.commits.wrote()), signature
 
-    def _sync(self, handle: _Handle, ticket: int, linger: float = 0.0) -> None:
+    def _sync(self, handle: _Handle, ticket: int) -> None:
         """Return once append `ticket` is on disk: one fsync serves every append made before it."""
         if self.fsync and ticket:
-            handle.commits.flush(ticket, handle.sync, linger)
+            handle.commits.flush(ticket, handle.sync)
 
     def _replace(self, key: str, text: str) -> _Signature | None:
         """Write `text` whole as the file of `key` (and remember it): the file's signature."""

@@ -3,8 +3,7 @@
 A store counts its writes (`wrote`, under its own write lock) and makes them
 durable in `flush`: a writer whose write an fsync already covers returns at
 once; otherwise it waits for the fsync in progress, then starts one that covers
-every write so far. `linger` lets a writer wait a little for the next write's
-fsync first, so that one fsync serves both (PostgreSQL's ``commit_delay``).
+every write so far.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ class GroupCommit:
 
     def __init__(self) -> None:
         self.sync_lock = threading.Lock()  # held while an fsync runs
-        self._synced = threading.Condition(threading.Lock())  # notified after each fsync
         self.written = 0  # writes made (counted under the store's write lock)
         self.synced = 0  # writes known to be on disk
 
@@ -38,12 +36,8 @@ class GroupCommit:
         self.synced = self.written
         return self.written
 
-    def flush(self, ticket: int, sync: Callable[[], None], linger: float = 0.0) -> None:
-        """Return once write `ticket` is durable, calling `sync` (an fsync) if no other did.
-        With `linger`, first wait up to that long for the fsync of a write that comes next."""
-        if linger and self.synced < ticket:
-            with self._synced:
-                self._synced.wait_for(lambda: self.synced >= ticket, timeout=linger)
+    def flush(self, ticket: int, sync: Callable[[], None]) -> None:
+        """Return once write `ticket` is durable, calling `sync` (an fsync) if no other did."""
         if self.synced >= ticket:
             return
         with self.sync_lock:
@@ -52,8 +46,6 @@ class GroupCommit:
             target = self.written
             sync()
             self.synced = target
-        with self._synced:
-            self._synced.notify_all()
 
 
 class DeferredAppends:
@@ -63,7 +55,7 @@ class DeferredAppends:
     def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> Hashable | None:
         raise NotImplementedError
 
-    def flush(self, key: str, *, linger: float = 0.0) -> None:
+    def flush(self, key: str) -> None:
         raise NotImplementedError
 
     def append_if(self, key: str, suffix: str, version: Hashable) -> Hashable | None:

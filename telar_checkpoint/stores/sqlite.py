@@ -239,10 +239,10 @@ class SQLiteStore(DeferredAppends, Store):
         self._commits.wrote()
         return cursor.lastrowid
 
-    def flush(self, key: str, *, linger: float = 0.0) -> None:
+    def flush(self, key: str) -> None:
         """Return once every commit of this store so far is on disk (see the module docstring)."""
         if self.fsync:
-            self._commits.flush(self._commits.written, self._sync_wal, linger)
+            self._commits.flush(self._commits.written, self._sync_wal)
 
     def _sync_wal(self) -> None:
         try:
