@@ -445,6 +445,29 @@ async def test_async_racing_append_if_one_winner(astore: Store) -> None:
     assert len((await astore.aread("t") or "").splitlines()) == 5
 
 
+def test_sqlite_lone_appends_commit_synced_and_batches_share_one_fsync(tmp_path: Path) -> None:
+    """A lone append syncs the WAL in its own commit (synchronous=FULL): no separate fsync.
+    Appends that come together commit unsynced, and one flush of the WAL serves them all."""
+    store = SQLiteStore(tmp_path / "db.sqlite")
+    syncs: list[int] = []
+    sync_wal = store._sync_wal
+    store._sync_wal = lambda: syncs.append(store._commits.written) or sync_wal()  # type: ignore[method-assign]
+    version = store.update_versioned("t", lambda old: "a\n")[1]
+    assert len(syncs) == 1  # an update: a NORMAL commit, then the WAL's fsync
+    version = store.append_if_deferred("t", "b\n", version)
+    with store._connection() as conn:
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    store.flush("t")
+    assert len(syncs) == 1 and not store._commits.pending
+    version = store.append_if_deferred("t", "c\n", version, batch=True)
+    version = store.append_if_deferred("t", "d\n", version)  # one is pending before it: unsynced too
+    assert store._commits.pending
+    store.flush("t")
+    assert len(syncs) == 2 and not store._commits.pending
+    assert store.read("t") == "a\nb\nc\nd\n"
+    store.close()
+
+
 # --- Async twins ---
 
 

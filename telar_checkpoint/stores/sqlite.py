@@ -4,10 +4,13 @@ The database runs in WAL mode, so readers never wait for a writer. Each
 update is a ``BEGIN IMMEDIATE`` transaction (writers queue on SQLite's lock,
 across threads and processes, for up to `timeout` seconds) that is rolled back
 on any exception. Connections are lent to one operation at a time (a process
-after a fork opens its own). Commits run with ``synchronous=NORMAL`` and the
-store then fsyncs the WAL file itself, which is what ``synchronous=FULL`` does
-at each commit, but once for every commit made before it began (group commit,
-see `stores.group_commit`): a write is durable when it returns. Keys and values are stored as the exact UTF-8 bytes of the string
+after a fork opens its own). A lone append commits with ``synchronous=FULL``,
+which syncs the WAL as part of the commit. Other commits (writers queued
+behind each other, updates) run with ``synchronous=NORMAL`` and the store then
+fsyncs the WAL file itself, once for every commit made before it began (group
+commit, see `stores.group_commit`). Either way a write is durable when it
+returns. The store's commits and their counting take turns under one lock, so
+a sync that covers the WAL covers every commit counted before it. Keys and values are stored as the exact UTF-8 bytes of the string
 (``surrogatepass``), keys as BLOBs and values as TEXT, so any Python string
 round-trips.
 
@@ -72,6 +75,18 @@ def _encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+class _Connection(sqlite3.Connection):
+    """A connection that remembers its ``synchronous`` setting, to switch it only when needed."""
+
+    synchronous = "NORMAL"  # as `_connect` sets it
+
+    def use(self, synchronous: str) -> None:
+        """Commit with ``synchronous`` "FULL" (the commit syncs the WAL) or "NORMAL" (it does not)."""
+        if self.synchronous != synchronous:
+            self.execute(f"PRAGMA synchronous = {synchronous}")
+            self.synchronous = synchronous
+
+
 def _decode(raw: bytes, key: str) -> str:
     try:
         return raw.decode("utf-8", "surrogatepass")
@@ -103,7 +118,8 @@ class SQLiteStore(DeferredAppends, Store):
         self.mode = mode
         self.append_in_sql = append_in_sql
         self._lock = threading.Lock()
-        self._idle: list[sqlite3.Connection] = []  # connections no operation holds, most recent last
+        self._commit_lock = threading.Lock()  # held while a write commits and is counted
+        self._idle: list[_Connection] = []  # connections no operation holds, most recent last
         self._generation = 0  # bumped by close(), so connections lent before it are closed on return
         self._pid = os.getpid()
         self._ready = False
@@ -112,7 +128,7 @@ class SQLiteStore(DeferredAppends, Store):
     # Connections
 
     @contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
+    def _connection(self) -> Iterator[_Connection]:
         """A connection for one operation, its errors as StoreError. Connections are lent, not
         tied to threads: LangGraph writes from short-lived executor threads, and a connection
         per thread would open (and leak) one per invoke."""
@@ -134,11 +150,13 @@ class SQLiteStore(DeferredAppends, Store):
                 if not keep:
                     conn.close()
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> _Connection:
         if not self.path.exists():
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, self.mode))
-        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(
+            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False, factory=_Connection
+        )
         try:
             conn.text_factory = bytes
             if conn.execute("PRAGMA encoding").fetchone()[0] != b"UTF-8":
@@ -232,11 +250,16 @@ class SQLiteStore(DeferredAppends, Store):
         if not isinstance(version, int):
             return None
         raw_key = _encode(key)
-        with self._connection() as conn:
+        with self._connection() as conn, self._commit_lock:
+            durable = self.fsync and not batch and not self._commits.pending
+            conn.use("FULL" if durable else "NORMAL")
             cursor = conn.execute(_APPEND_IF, (raw_key, _encode(suffix), raw_key, version))
             if cursor.rowcount != 1:
                 return None
-        self._commits.wrote()
+            if durable:  # synced by its commit, with every commit before it
+                self._commits.wrote_durable()
+            else:
+                self._commits.wrote()
         return cursor.lastrowid
 
     def flush(self, key: str) -> None:
@@ -254,9 +277,15 @@ class SQLiteStore(DeferredAppends, Store):
         finally:
             os.close(fd)
 
-    def _durable(self) -> None:
-        """Count a commit and return once it is on disk."""
-        ticket = self._commits.wrote()
+    @contextmanager
+    def _commit(self) -> Iterator[_Connection]:
+        """A connection for one write that commits with ``synchronous=NORMAL``; once it is
+        counted, return when it is on disk."""
+        with self._connection() as conn:
+            with self._commit_lock:
+                conn.use("NORMAL")
+                yield conn
+                ticket = self._commits.wrote()
         if self.fsync:
             self._commits.flush(ticket, self._sync_wal)
 
@@ -264,13 +293,8 @@ class SQLiteStore(DeferredAppends, Store):
         return self.update_versioned(key, change)[0]
 
     def update_versioned(self, key: str, change: Change) -> tuple[str | None, int | None]:
-        result = self._update(key, change)
-        self._durable()
-        return result
-
-    def _update(self, key: str, change: Change) -> tuple[str | None, int | None]:
         raw_key = _encode(key)
-        with self._connection() as conn:
+        with self._commit() as conn:
             with self._transaction(conn):
                 rows = conn.execute(_READ, (raw_key,)).fetchall()
                 old, version = _joined(rows, key)
@@ -288,9 +312,8 @@ class SQLiteStore(DeferredAppends, Store):
                 return new, conn.execute(_INSERT, (raw_key, _encode(new))).lastrowid
 
     def delete(self, key: str) -> None:
-        with self._connection() as conn:
+        with self._commit() as conn:
             conn.execute(_DELETE, (_encode(key),))
-        self._durable()
 
     def _raw_keys(self) -> list[bytes]:
         with self._connection() as conn:
