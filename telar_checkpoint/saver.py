@@ -35,7 +35,7 @@ from telar_checkpoint.parse_cache import VersionedHistories
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.file import FileStore
-from telar_checkpoint.writer_locks import AsyncTurns, Batch, Lingers, Turns, WriterLocks
+from telar_checkpoint.writer_locks import AsyncTurns, Batch, Lingers, Turns, WriterLocks, carrying
 
 DEFAULT_DIRECTORY = ".telar-checkpoint"
 WRITES_LINGER = 0.002  # at most, seconds a put_writes may wait for the next write to carry its lines
@@ -255,7 +255,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
     def _store_now(self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, batch: bool) -> bool:
         """Append `lines` if the store is at their version, else update whole; whether it
         appended (and so needs a flush, see `_flushed`). A failure fails the carried batch too."""
-        try:
+        with carrying(carried):
             if lines is not None:
                 version, history, suffix = lines
                 if not suffix and self.store.version(thread_id) == version:
@@ -265,23 +265,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):
                     self._histories.keep(thread_id, new_version, history)
                     return True
             self._after_update(thread_id, *self.store.update_versioned(thread_id, self._changes(carried, change)))
-        except BaseException as exc:
-            if carried is not None:
-                carried.finish(exc)
-            raise
         return False
 
     def _flushed(self, thread_id: str, carried: Batch | None, appended: bool) -> None:
         """Make an append durable, then let the writers of the batch it carried return."""
-        try:
+        with carrying(carried, done=True):
             if appended:
                 self.store.flush(thread_id)
-        except BaseException as exc:
-            if carried is not None:
-                carried.finish(exc)
-            raise
-        if carried is not None:
-            carried.finish()
 
     async def _awrite(self, thread_id: str, make_lines: Any, change: Any, writes: bool = False) -> None:
         turns = self._writers.async_(thread_id)
@@ -309,7 +299,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         joined.result()
 
     async def _astore_now(self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, batch: bool) -> bool:
-        try:
+        with carrying(carried):
             if lines is not None:
                 version, history, suffix = lines
                 if not suffix and await self.store.aversion(thread_id) == version:
@@ -321,22 +311,12 @@ class TelarSaver(BaseCheckpointSaver[Version]):
                     self._histories.keep(thread_id, new_version, history)
                     return True
             self._after_update(thread_id, *(await self.store.aupdate_versioned(thread_id, self._changes(carried, change))))
-        except BaseException as exc:
-            if carried is not None:
-                carried.finish(exc)
-            raise
         return False
 
     async def _aflushed(self, thread_id: str, carried: Batch | None, appended: bool) -> None:
-        try:
+        with carrying(carried, done=True):
             if appended:
                 await self.store.aflush(thread_id)
-        except BaseException as exc:
-            if carried is not None:
-                carried.finish(exc)
-            raise
-        if carried is not None:
-            carried.finish()
 
     def _put_change(self, thread_id: str, record: CheckpointRecord) -> tuple[Any, Any]:
         return (

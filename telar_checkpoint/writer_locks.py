@@ -22,7 +22,8 @@ import asyncio
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from telar_checkpoint.errors import StoreError
@@ -87,6 +88,20 @@ class Batch:
         """Return once written; raise the error that stopped it."""
         if self.error is not None:
             raise self.error
+
+
+@contextmanager
+def carrying(batch: Batch | None, *, done: bool = False) -> Iterator[None]:
+    """A step of writing `batch` (if any): a failure fails it too; with `done`, success
+    finishes it (its writers return)."""
+    try:
+        yield
+    except BaseException as exc:
+        if batch is not None:
+            batch.finish(exc)
+        raise
+    if done and batch is not None:
+        batch.finish()
 
 
 class Turns:
