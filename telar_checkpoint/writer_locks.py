@@ -19,6 +19,7 @@ commit, one fsync) then serves both, and both return once it is durable.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import weakref
@@ -39,10 +40,16 @@ def stripe(thread_id: str, stripes: int) -> int:
 
 class WriterLocks:
     """A `threading.Lock` per stripe for sync writers, and an `asyncio.Lock` per stripe and
-    event loop; each counts the writers waiting for it (`waiting`)."""
+    event loop; each counts the writers waiting for it (`waiting`). A forked child starts
+    afresh: the parent's writers, their turns and their batches are not the child's."""
 
     def __init__(self, stripes: int = STRIPES) -> None:
-        self._sync = [Turns() for _ in range(stripes)]
+        self._stripes = stripes
+        self._reset()
+        _ALL.add(self)
+
+    def _reset(self) -> None:
+        self._sync = [Turns() for _ in range(self._stripes)]
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[AsyncTurns]] = weakref.WeakKeyDictionary()
         self._guard = threading.Lock()
 
@@ -58,6 +65,11 @@ class WriterLocks:
             with self._guard:
                 turns = self._async.setdefault(loop, [AsyncTurns() for _ in self._sync])
         return turns[stripe(thread_id, len(turns))]
+
+
+_ALL: weakref.WeakSet[WriterLocks] = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: [locks._reset() for locks in list(_ALL)])
 
 
 class Batch:

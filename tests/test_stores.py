@@ -294,6 +294,38 @@ def test_a_child_forked_mid_write_takes_its_own_turn(shared_store: Store, reques
     assert sorted(store.read("t").splitlines()) == ["before", "child", "parent"]  # type: ignore[union-attr]
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_a_sqlite_child_forked_while_its_parent_syncs_does_not_inherit_the_locks(tmp_path: Path) -> None:
+    """The parent was committing and syncing (its commit lock and fsync lock held) when it
+    forked: the child's store starts with locks of its own and writes."""
+    store = SQLiteStore(tmp_path / "db.sqlite")
+    store.update("t", append("before\n"))
+    store._commit_lock.acquire()
+    store._commits.sync_lock.acquire()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            version = store.update_versioned("t", append("child\n"))[1]
+            store.append_if_deferred("t", "again\n", version, batch=True)
+            store.flush("t")
+            code = 0
+        finally:
+            os._exit(code)
+    store._commit_lock.release()
+    store._commits.sync_lock.release()
+    deadline = time.monotonic() + 10
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child waited on a lock its parent held at the fork")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert store.read("t") == "before\nchild\nagain\n"
+    store.close()
+
+
 def test_threads_lose_no_append(store: Store) -> None:
     def work(worker: int) -> None:
         for i in range(50):

@@ -8,6 +8,7 @@ writer that carried them made them durable, or once it wrote them itself.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -190,3 +191,38 @@ async def test_async_lingering_write_writes_itself() -> None:
     lingering(saver, 0.05)
     await asyncio.wait_for(saver.aput_writes(config(checkpoint_id=first["id"]), [("ch", 3)], "task"), 10)
     assert (await saver.aget_tuple(config())).pending_writes == [("task", "ch", 3)]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_a_forked_child_neither_waits_on_nor_carries_its_parents_writers(tmp_path) -> None:
+    """Forked while a parent's writer held its turn and a put_writes waited in a batch, the
+    child writes on turns of its own, and leaves the parent's batch to the parent."""
+    from telar_checkpoint import FileStore
+
+    saver = TelarSaver(FileStore(tmp_path))
+    first = first_checkpoint(saver)
+    lingering(saver, 30.0)
+    writer = started(saver, first["id"], "parent-task", 1)
+    turns = saver._writers.sync("t")
+    turns.__enter__()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            saver.put(config(checkpoint_id=first["id"]), empty_checkpoint(), meta(0), {})
+            text = saver.store.read("t") or ""
+            code = 0 if "parent-task" not in text else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 10
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    turns.__exit__(None, None, None)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child waited on a turn its parent held at the fork")
+    assert os.waitstatus_to_exitcode(done[1]) == 0, "the child carried its parent's pending writes"
+    saver.put(config(checkpoint_id=first["id"]), empty_checkpoint(), meta(0), {})
+    writer.join(10)
+    assert saver.get_tuple(config(checkpoint_id=first["id"])).pending_writes == [("parent-task", "ch", 1)]

@@ -134,8 +134,9 @@ class SQLiteStore(DeferredAppends, Store):
         per thread would open (and leak) one per invoke."""
         with self._errors():
             with self._lock:
-                if self._pid != os.getpid():  # forked: the parent's connections are not ours to use
+                if self._pid != os.getpid():  # forked: the parent's connections and locks are not ours
                     self._pid, self._idle = os.getpid(), []
+                    self._commit_lock, self._commits = threading.Lock(), GroupCommit()
                 conn = self._idle.pop() if self._idle else None
                 generation = self._generation
             if conn is None:
