@@ -69,7 +69,12 @@ class WriterLocks:
 
 _ALL: weakref.WeakSet[WriterLocks] = weakref.WeakSet()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=lambda: [locks._reset() for locks in list(_ALL)])
+
+    def _reset_in_child() -> None:
+        for locks in list(_ALL):
+            locks._reset()
+
+    os.register_at_fork(after_in_child=_reset_in_child)
 
 
 class Batch:
