@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -181,3 +182,15 @@ def append_if_loop(store: Store, worker: int, count: int) -> None:
         version = store.version("shared")
         if store.append_if("shared", f"{worker}:{i}:{version!r}\n", version) is not None:
             i += 1
+
+
+def child_exit_code(pid: int, hung: str, timeout: float = 10.0) -> int:
+    """The exit code of forked child `pid`; the test fails with `hung` if it does not end in time."""
+    deadline = time.monotonic() + timeout
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail(hung)
+    return os.waitstatus_to_exitcode(done[1])

@@ -32,6 +32,7 @@ from tests.stores import (
     append_if_lines,
     append_if_loop,
     append_lines,
+    child_exit_code,
     describe,
     make_store,
     postgres_admin,
@@ -283,14 +284,7 @@ def test_a_child_forked_mid_write_takes_its_own_turn(shared_store: Store, reques
     time.sleep(0.3)
     release.set()
     parent.join(10)
-    deadline = time.monotonic() + 10
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if done[0] == 0:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child's write never finished (it waited on a turn it inherited)")
-    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert child_exit_code(pid, "the forked child's write never finished (it waited on a turn it inherited)") == 0
     assert sorted(store.read("t").splitlines()) == ["before", "child", "parent"]  # type: ignore[union-attr]
 
 
@@ -314,14 +308,7 @@ def test_a_sqlite_child_forked_while_its_parent_syncs_does_not_inherit_the_locks
             os._exit(code)
     store._commit_lock.release()
     store._commits.sync_lock.release()
-    deadline = time.monotonic() + 10
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if done[0] == 0:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child waited on a lock its parent held at the fork")
-    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert child_exit_code(pid, "the forked child waited on a lock its parent held at the fork") == 0
     assert store.read("t") == "before\nchild\nagain\n"
     store.close()
 

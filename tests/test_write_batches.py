@@ -17,6 +17,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from telar_checkpoint import CheckpointCodec, CheckpointRecord, MemoryStore, StoreError, TelarSaver
 from telar_checkpoint.history import History
+from tests.stores import child_exit_code
 
 
 def config(**extra) -> dict:
@@ -216,15 +217,11 @@ def test_a_forked_child_neither_waits_on_nor_carries_its_parents_writers(tmp_pat
             code = 0 if "parent-task" not in text else 2
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 10
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    turns.__exit__(None, None, None)
-    if done[0] == 0:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child waited on a turn its parent held at the fork")
-    assert os.waitstatus_to_exitcode(done[1]) == 0, "the child carried its parent's pending writes"
+    try:
+        code = child_exit_code(pid, "the forked child waited on a turn its parent held at the fork")
+    finally:
+        turns.__exit__(None, None, None)
+    assert code == 0, "the child carried its parent's pending writes"
     saver.put(config(checkpoint_id=first["id"]), empty_checkpoint(), meta(0), {})
     writer.join(10)
     assert saver.get_tuple(config(checkpoint_id=first["id"])).pending_writes == [("parent-task", "ch", 1)]
