@@ -269,7 +269,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
 
     def _flushed(self, thread_id: str, carried: Batch | None, appended: bool) -> None:
         """Make an append durable, then let the writers of the batch it carried return."""
-        with carrying(carried, done=True):
+        with carrying(carried, finish=True):
             if appended:
                 self.store.flush(thread_id)
 
@@ -314,7 +314,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         return False
 
     async def _aflushed(self, thread_id: str, carried: Batch | None, appended: bool) -> None:
-        with carrying(carried, done=True):
+        with carrying(carried, finish=True):
             if appended:
                 await self.store.aflush(thread_id)
 

@@ -102,14 +102,14 @@ class Batch:
         self.done.set()
 
     def result(self) -> None:
-        """Return once written; raise the error that stopped it."""
+        """Raise the error that stopped the batch, if any (once `done` is set)."""
         if self.error is not None:
             raise self.error
 
 
 @contextmanager
-def carrying(batch: Batch | None, *, done: bool = False) -> Iterator[None]:
-    """A step of writing `batch` (if any): a failure fails it too; with `done`, success
+def carrying(batch: Batch | None, *, finish: bool = False) -> Iterator[None]:
+    """A step of writing `batch` (if any): a failure fails it too; with `finish`, success
     finishes it (its writers return)."""
     try:
         yield
@@ -117,7 +117,7 @@ def carrying(batch: Batch | None, *, done: bool = False) -> Iterator[None]:
         if batch is not None:
             batch.finish(exc)
         raise
-    if done and batch is not None:
+    if finish and batch is not None:
         batch.finish()
 
 

@@ -154,7 +154,8 @@ class _Handle:
             LEASES.hold(self)
 
     def release(self) -> None:
-        """Let go of the ``flock`` (the local lock is held)."""
+        """Let go of the ``flock`` (the local lock is held). A handle let go of here may still
+        be counted in `LEASES`, whose thread drops it, harmlessly, on its next pass."""
         if self.st is not None:
             self.left, self.st = _signature_of(self.st), None
             fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
