@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import operator
-
 import orjson
 
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, writes_sort_key
@@ -70,13 +68,12 @@ class CheckpointCodec:
 
     # --- records <-> lines ----------------------------------------------------
 
-    def _line(self, record: CheckpointRecord, history: History | None = None) -> tuple[CheckpointLine, dict[str, list[Any]]]:
-        """The record's line, and the items of each list channel it was encoded from."""
+    def _line(self, record: CheckpointRecord, history: History | None = None) -> CheckpointLine:
+        """The record's line; list channels that only grew since the parent stored as what they added."""
         cp = record.checkpoint
         parent = history.get(record.checkpoint_ns, record.parent_id) if history and record.parent_id else None
-        written = history.written.pop(record.checkpoint_ns, frozenset()) if history else frozenset()
-        values, appended, sources = self._values(cp.get("channel_values", {}), parent, written)
         plain = {k: cp[k] for k in PLAIN_CHECKPOINT_KEYS if k in cp}
+        values, appended = self._values(cp.get("channel_values", {}), plain.get("channel_versions") or {}, parent)
         extra = {
             k: self.values.encode(v)
             for k, v in cp.items()
@@ -93,45 +90,38 @@ class CheckpointCodec:
             appended=appended,
         )
         line.text = write_checkpoint(line)
-        return line, sources
+        return line
 
     def _values(
-        self, channel_values: dict[str, Any], parent: Entry | None, written: frozenset[int] = frozenset()
-    ) -> tuple[dict[str, Any], dict[str, list[Any]], dict[str, list[Any]]]:
-        """Encoded values, the list channels that only grew since `parent` (as the items
-        added), and the items each list was encoded from.
+        self, channel_values: dict[str, Any], versions: dict[str, Any], parent: Entry | None
+    ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+        """Encoded values, and the list channels that only grew since `parent` (as the items added).
 
-        A list whose first items are the very objects the parent's list was encoded
-        from encodes only the items after them: LangGraph updates state with the values
-        tasks return, so an object encodes the same unless it was handed back in a
-        pending write since (`written`, ids), say edited in place and returned, as
-        `add_messages` allows by id. Any other list is encoded whole and compared with
-        the parent's as JSON.
+        A channel whose version is the parent's holds the parent's value: LangGraph gives a
+        channel a new version whenever it updates it, and its own savers store a value once
+        per version. So it is not encoded again: a list is stored as nothing added, another
+        value as the parent's encoding. Every other value is encoded whole, and a list is then
+        compared with the parent's as JSON (`_appended`): what is stored is the value given.
         """
         values: dict[str, Any] = {}
-        appended: dict[str, list[Any]] = {}
-        sources: dict[str, list[Any]] = {}
+        unchanged: dict[str, list[Any]] = {}
+        parent_versions = (parent.line.checkpoint.get("channel_versions") or {}) if parent is not None else {}
         for channel, value in channel_values.items():
-            if type(value) is list and value and self.values.lists_by_item:
-                sources[channel] = list(value)
-                # Taken, not shared: only the newest entry keeps its items (memory stays O(state)).
-                before = parent.sources.pop(channel, None) if parent is not None else None
-                if (
-                    before is not None
-                    and len(before) <= len(value)
-                    and all(map(operator.is_, before, value))
-                    and not (written and any(map(written.__contains__, map(id, before))))
-                ):
-                    added = self.values.encode(value[len(before) :])
+            version = versions.get(channel)
+            if version is not None and version == parent_versions.get(channel) and parent.has(channel):  # type: ignore[union-attr]
+                stored = parent.line.values.get(channel)  # type: ignore[union-attr]
+                if channel not in parent.line.values or (type(stored) is list and stored):  # type: ignore[union-attr]
                     if parent.depth(channel) < MAX_CHAIN:  # type: ignore[union-attr]
-                        appended[channel] = added
-                    else:  # written whole again, from what the parent holds
-                        values[channel] = [*parent.value(channel), *added]  # type: ignore[union-attr]
-                    continue
+                        unchanged[channel] = []
+                    else:  # written whole again, so a reader never walks back more than MAX_CHAIN lines
+                        values[channel] = parent.value(channel)  # type: ignore[union-attr]
+                else:
+                    values[channel] = stored
+                continue
             values[channel] = self.values.encode(value)
-        if parent is not None:
-            appended.update(_appended(values, parent))
-        return values, appended, sources
+        appended = _appended(values, parent) if parent is not None else {}
+        appended.update(unchanged)
+        return values, appended
 
     def _writes_of(self, record: CheckpointRecord) -> list[tuple[str, int, str, Any, str]]:
         return [(w.task_id, w.idx, w.channel, self.values.encode(w.value), w.task_path) for w in record.writes]
@@ -145,9 +135,6 @@ class CheckpointCodec:
         values = checkpoint["channel_values"] = {k: self.values.decode(v) for k, v in line.values.items()}
         for channel in line.appended:
             values[channel] = self.values.decode(entry.value(channel))
-        if self.values.lists_by_item:
-            # LangGraph builds the next checkpoint from these objects: remember them (see `_values`).
-            entry.sources.update((ch, list(v)) for ch, v in values.items() if type(v) is list and v)
         for k, v in line.extra.items():
             checkpoint[k] = self.values.decode(v)
         writes = [
@@ -190,11 +177,9 @@ class CheckpointCodec:
         """Put `record` into `history` (an editable clone); the lines to append to its string,
         or None when the string must be rewritten whole (`history.render()`)."""
         check_max_history(max_history)
-        line, sources = self._line(record, history)
+        line = self._line(record, history)
         rewrite = history.put(line, self._writes_of(record))
         entry = history.get(line.ns, line.id)
-        if sources and entry is not None:
-            entry.sources = sources  # the entry was made by this put: nobody shares it yet
         if rewrite or history.torn is not None:
             if max_history is not None:
                 history.trim(max_history)
@@ -223,8 +208,6 @@ class CheckpointCodec:
         """Add pending writes `(idx, channel, value)` of one task to `history` (an editable clone);
         the lines to append ([] when nothing changed), or None when it must be rewritten whole."""
         encoded = [(idx, ch, self.values.encode(v)) for idx, ch, v in writes]
-        handed = {id(v) for _, _, v in writes} | {id(item) for _, _, v in writes if type(v) is list for item in v}
-        history.written[checkpoint_ns] = history.written.get(checkpoint_ns, frozenset()) | handed
         line = history.add_writes(checkpoint_ns, checkpoint_id, task_id, task_path, encoded)
         if history.torn is not None:
             return None

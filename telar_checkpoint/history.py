@@ -38,13 +38,18 @@ Write = tuple[str, Any, str]  # (channel, encoded value, task_path)
 Key = tuple[str, str]  # (namespace, checkpoint id)
 
 
+def is_call(ns: str) -> bool:
+    """Whether `ns` is the namespace of one subgraph call: LangGraph names it after the node
+    and the task (`node:<task id>`, nested with `|`). The root ("") and a persistent subgraph's
+    namespace (compiled with `checkpointer=True`: no task id) hold state that later calls read."""
+    return ":" in ns
+
+
 @dataclass(slots=True, eq=False)
 class Entry:
     """One stored checkpoint and its pending writes.
 
     `base` is the parent entry whose lists the line's `appended` channels extend.
-    `sources` holds, for an entry this process encoded, the items of each list
-    channel it was encoded from (see `CheckpointCodec`): never stored, only a memo.
     Entries are shared between a history and its clones: never change one, replace it.
     """
 
@@ -52,7 +57,6 @@ class Entry:
     writes: dict[WriteKey, Write] = field(default_factory=dict)
     base: Entry | None = None
     _full: dict[str, list[Any]] = field(default_factory=dict)
-    sources: dict[str, list[Any]] = field(default_factory=dict)
 
     def has(self, channel: str) -> bool:
         return channel in self.line.values or channel in self.line.appended
@@ -93,7 +97,7 @@ class Entry:
         values = {**self.line.values, **{ch: self.value(ch) for ch in self.line.appended}}
         line = replace(self.line, values=values, appended={})
         line.text = write_checkpoint(line)
-        return Entry(line, self.writes, sources=self.sources)
+        return Entry(line, self.writes)
 
 
 def merge_writes(target: dict[WriteKey, Write], task_id: str, path: str, writes: Iterable[tuple[int, str, Any]]) -> list[tuple[int, str, Any]]:
@@ -126,9 +130,7 @@ class History:
         self.line_count = 0  # complete lines of the string this history was read from or rendered to
         self.holds_trimmed = False  # the string still holds lines a later floor trimmed (see `_apply_floor`)
         self.floors_appended = 0  # dropped lines read or appended after checkpoint lines
-        # ids of the objects pending writes handed in since each namespace's last put (a memo,
-        # never stored): a list item among them is encoded again (see `CheckpointCodec._values`)
-        self.written: dict[str, frozenset[int]] = {}
+        self._calls: set[str] = set()  # subgraph-call namespaces seen (some may be gone since)
 
     def clone(self) -> History:
         """A copy to change while readers keep using this one (entries are copied on write)."""
@@ -141,7 +143,7 @@ class History:
         other.line_count = self.line_count
         other.holds_trimmed = self.holds_trimmed
         other.floors_appended = self.floors_appended
-        other.written = dict(self.written)
+        other._calls = set(self._calls)
         return other
 
     # --- reading and writing -------------------------------------------------
@@ -227,6 +229,8 @@ class History:
                         thread_id=self.thread_id, line=number,
                     )
         self.entries[key] = Entry(line, old.writes if old else self.orphans.pop(key, {}), base)
+        if is_call(line.ns):
+            self._calls.add(line.ns)
         latest = self._latest.get(line.ns)
         if latest is None or line.id > latest:
             self._latest[line.ns] = line.id
@@ -236,7 +240,7 @@ class History:
         entry = self.entries.get(key)
         if entry is None:
             return self.orphans.setdefault(key, {})
-        entry = self.entries[key] = Entry(entry.line, dict(entry.writes), entry.base, entry._full, entry.sources)
+        entry = self.entries[key] = Entry(entry.line, dict(entry.writes), entry.base, entry._full)
         return entry.writes
 
     def _base_kept(self, entry: Entry) -> bool:
@@ -273,7 +277,10 @@ class History:
         here = self.dropped.get(ns)
         if here is not None and cid in here.replaced:
             return "replaced"
-        for floor in (here.floor if here else None, self.dropped.get("", DroppedLine("", None)).floor):
+        floors = [here.floor if here else None]
+        if is_call(ns):  # a call's checkpoints are older than the root checkpoint it ran under
+            floors.append(self.dropped.get("", DroppedLine("", None)).floor)
+        for floor in floors:
             if floor is not None and cid < floor:
                 return "trimmed"
         return None
@@ -284,99 +291,120 @@ class History:
         """Store a checkpoint; returns True when others were dropped or one was updated in place."""
         key = (line.ns, line.id)
         in_place = key in self.entries
+        head = self.latest(line.ns)  # before this put
         self._add_line(line)
         target = self._writes_for(key) if writes else {}
         for task_id, idx, channel, value, path in writes:
             merge_writes(target, task_id, path, [(idx, channel, value)])
-        if in_place:
-            return True
-        return bool(self._replace_for(line))
+        replaced = not in_place and bool(self._replace_for(line, head))
+        finished = self._drop_finished_calls()
+        return in_place or replaced or finished
 
     def add_writes(self, ns: str, cid: str, task_id: str, path: str, writes: list[tuple[int, str, Any]]) -> WritesLine | None:
         """Fold writes into their checkpoint; the line to append, or None if nothing changed."""
         changed = merge_writes(self._writes_for((ns, cid)), task_id, path, writes)
         return WritesLine(ns, cid, task_id, path, changed) if changed else None
 
-    def _ancestors(self, ns: str, cid: str | None) -> list[str]:
-        chain = []
-        seen = set()
+    def parent_chain(self, ns: str, cid: str | None) -> list[str]:
+        """`cid` and its stored ancestors in `ns`, newest first; stops at a cycle."""
+        chain: list[str] = []
+        seen: set[str] = set()
         while cid is not None and cid not in seen and (ns, cid) in self.entries:
             seen.add(cid)
             chain.append(cid)
             cid = self.entries[(ns, cid)].line.parent
         return chain
 
-    def _replace_for(self, line: CheckpointLine) -> set[Key]:
-        """Drop what a run left behind when it moves on from a fork (see docs/FORMAT.md)."""
+    def _replace_for(self, line: CheckpointLine, head: Entry | None) -> set[Key]:
+        """When a run moves on (a `loop` or `input` checkpoint whose parent is stored), drop
+        every checkpoint of its namespace that branches off its path: the history is the
+        path that led to the current state (see docs/FORMAT.md, "Replacement")."""
+        ns = line.ns
         if line.source not in _MOVES_ON or line.parent is None:
             return set()
-        parent = self.entries.get((line.ns, line.parent))
-        if parent is None or parent.line.source not in _FORKS:
+        parent = self.entries.get((ns, line.parent))
+        if parent is None:
             return set()
-        ns = line.ns
-        path = self._ancestors(ns, line.id)
+        if head is parent and parent.line.source not in _FORKS:
+            return set()  # it moves on from the head: nothing branches off (the common case)
+        path = self.parent_chain(ns, line.id)
         on_path = set(path)
-        # The branch point: the first ancestor that is not itself a fork or an update.
-        threshold, inclusive = parent.line.step, True
-        for cid in path[1:]:
-            ancestor = self.entries[(ns, cid)].line
-            if ancestor.source not in _FORKS:
-                threshold, inclusive = ancestor.step, False
-                break
-            threshold = ancestor.step
-        children: dict[str, list[str]] = {}
-        for entry in self.in_ns(ns):
-            if entry.line.parent is not None:
-                children.setdefault(entry.line.parent, []).append(entry.line.id)
-
-        def moved_on(cid: str) -> bool:
-            stack = list(children.get(cid, ()))
-            while stack:
-                child = stack.pop()
-                if self.entries[(ns, child)].line.source in _MOVES_ON:
-                    return True
-                stack.extend(children.get(child, ()))
-            return False
-
-        drop = set()
-        for entry in self.in_ns(ns):
-            cid, step = entry.line.id, entry.line.step
+        oldest = self.entries[(ns, path[-1])].line
+        # Where the path's oldest stored checkpoint has a parent that is gone (trimmed), a
+        # branch cannot be traced to it: what stands at or after that step branches off.
+        cut_from = oldest.step if oldest.parent is not None and oldest.parent not in on_path else None
+        members = self.in_ns(ns)
+        parent_of = {e.line.id: e.line.parent for e in members}
+        doomed: set[Key] = set()
+        for entry in members:
+            cid = entry.line.id
             if cid in on_path:
                 continue
-            if (step >= threshold if inclusive else step > threshold) or (
-                entry.line.source in _FORKS and not moved_on(cid)
-            ):
-                drop.add((ns, cid))
-        dropped = self._drop(drop)
-        for dns, cid in sorted(dropped):
-            self._remember_replaced(dns, cid)
-        return dropped
+            if (cut_from is not None and entry.line.step >= cut_from) or self._branches_off(cid, parent_of, on_path):
+                doomed.add((ns, cid))
+        self._drop(doomed)
+        for dns, cid in sorted(doomed):
+            self._remember(dns, cid, "replaced")
+        return doomed
 
-    def _drop(self, keys: set[Key]) -> set[Key]:
-        """Remove checkpoints and, with them, subgraph checkpoints that belong to them."""
-        dropped = set(keys)
-        frontier = set(keys)
+    @staticmethod
+    def _branches_off(cid: str, parent_of: dict[str, str | None], path: set[str]) -> bool:
+        """Whether following parents from `cid` reaches a checkpoint on `path`."""
+        seen: set[str] = set()
+        cursor = parent_of.get(cid)
+        while cursor is not None and cursor not in seen:
+            if cursor in path:
+                return True
+            seen.add(cursor)
+            cursor = parent_of.get(cursor)
+        return False
+
+    def _drop(self, keys: set[Key]) -> None:
+        """Remove checkpoints and their pending writes."""
         self._latest.clear()
-        while frontier:
-            for key in frontier:
-                del self.entries[key]
-            gone = {cid for _, cid in frontier}
-            frontier = {
-                (ns, cid)
-                for (ns, cid), e in self.entries.items()
-                if ns and any(p in gone for p in (e.line.metadata.get("parents") or {}).values())
-            }
-            dropped |= frontier
-        for key in [k for k in self.orphans if k in dropped]:
+        for key in keys:
+            del self.entries[key]
+        for key in [k for k in self.orphans if k in keys]:
             del self.orphans[key]
-        return dropped
+
+    def finished_calls(self) -> list[str]:
+        """The subgraph-call namespaces whose call is over: a graph that encloses the call
+        (`parents`) has a newer checkpoint than the one the call ran under. LangGraph never
+        resumes such a call; the enclosing checkpoint holds its result."""
+        finished = []
+        for ns in sorted(self._calls):
+            entry = self.latest(ns)
+            if entry is None:
+                self._calls.discard(ns)
+                continue
+            for outer, cid in (entry.line.metadata.get("parents") or {}).items():
+                head = self.latest(outer) if outer != ns else None
+                if head is not None and cid < head.line.id:
+                    finished.append(ns)
+                    break
+        return finished
+
+    def _drop_finished_calls(self) -> bool:
+        """Drop the namespaces of finished subgraph calls, with their records (see `finished_calls`)."""
+        finished = self.finished_calls() if self._calls else []
+        if not finished:
+            return False
+        gone = set(finished)
+        self._drop({key for key in self.entries if key[0] in gone})
+        for key in [k for k in self.orphans if k[0] in gone]:
+            del self.orphans[key]
+        for ns in finished:
+            self.dropped.pop(ns, None)
+            self._calls.discard(ns)
+        return True
 
     def was_deleted(self, ns: str, cid: str) -> bool:
         """True when `cid` was removed on request (it reads as absent, as LangGraph expects)."""
         here = self.dropped.get(ns)
         return here is not None and cid in here.deleted
 
-    def _remember_replaced(self, ns: str, cid: str, field: str = "replaced") -> None:
+    def _remember(self, ns: str, cid: str, field: str) -> None:
+        """List `cid` in its namespace's `dropped` record (field "replaced" or "deleted")."""
         record = self.dropped.setdefault(ns, DroppedLine(ns, None))
         getattr(record, field).append(cid)
         total = sum(len(getattr(d, field)) for d in self.dropped.values())
@@ -394,7 +422,7 @@ class History:
         for key in [k for k in self.orphans if k in keys]:
             del self.orphans[key]
         for ns, cid in sorted(keys):
-            self._remember_replaced(ns, cid, "deleted")
+            self._remember(ns, cid, "deleted")
 
     def keep_latest(self) -> bool:
         """Keep the latest checkpoint of each namespace (and its DeltaChannel ancestors); what
@@ -409,31 +437,24 @@ class History:
         return True
 
     def trim(self, max_history: int) -> set[Key]:
-        """Keep the last `max_history` checkpoints of the root namespace, their subgraph
-        checkpoints (each namespace cut to its last `max_history`) and the ancestors a kept
-        checkpoint needs to rebuild `DeltaChannel` state. Returns what was cut."""
+        """Keep the last `max_history` checkpoints of each namespace, and the ancestors a kept
+        checkpoint needs to rebuild `DeltaChannel` state. Returns what was cut.
+
+        The namespaces a thread holds are the root, each persistent subgraph's and the
+        subgraph calls still in progress (`finished_calls` go on every put), so this bounds
+        the whole thread (see docs/FORMAT.md, "History depth")."""
         cut: set[Key] = set()
-        kept_roots = self._keep_last("", self.in_ns(""), max_history, cut)
-        for ns in self.namespaces():
-            if not ns:
-                continue
-            members = [
-                e for e in self.in_ns(ns)
-                if (root := (e.line.metadata.get("parents") or {}).get("")) is None
-                or root in kept_roots
-                or ("", root) not in self.entries and self.dropped_reason("", root) is None
-            ]
-            cut |= {(ns, e.line.id) for e in self.in_ns(ns)} - {(ns, e.line.id) for e in members}
+        by_ns: dict[str, list[Entry]] = {}
+        for (ns, _), entry in self.entries.items():
+            by_ns.setdefault(ns, []).append(entry)
+        for ns, members in by_ns.items():
             self._keep_last(ns, members, max_history, cut)
         if not cut:
             return set()
-        dropped = self._drop(cut)
+        self._drop(cut)
         self._set_floors({ns for ns, _ in cut})
         self._forget_trimmed_orphans()
-        for ns in [ns for ns in self.dropped if ns and not self.in_ns(ns)]:
-            if not self.dropped[ns].replaced:
-                del self.dropped[ns]
-        return dropped
+        return cut
 
     def _forget_trimmed_orphans(self) -> None:
         for key in [k for k in self.orphans if self.dropped_reason(*k) == "trimmed"]:
@@ -494,11 +515,11 @@ class History:
         """Ancestors back to the nearest stored value of each DeltaChannel `entry` rebuilds."""
         counters = entry.line.metadata.get("counters_since_delta_snapshot") or {}
         needed = {ch for ch in counters if not entry.has(ch)}
-        chain = []
-        cid = entry.line.parent
-        while needed and cid is not None and (ns, cid) in self.entries:
+        chain: list[str] = []
+        for cid in self.parent_chain(ns, entry.line.parent):
+            if not needed:
+                break
             ancestor = self.entries[(ns, cid)].line
             chain.append(cid)
             needed -= ancestor.values.keys() | ancestor.appended.keys()
-            cid = ancestor.parent
         return chain

@@ -105,7 +105,13 @@ def test_golden_with_junk_appended(name) -> None:
     assert codec.decode_history("g", golden + '{"format":1,"ki') == codec.decode_history("g", golden)
     # A torn tail is never written over: the next append rewrites without it.
     assert build(*codec.decode_history("g", golden)) == golden
-    assert codec.append(golden + '{"form', record(99999999, None, 9)).startswith(golden)
+    after = codec.append(golden + '{"form', record(99999999, None, 9))
+    assert all(line.startswith('{"format":') and line.endswith("}") for line in after.split("\n")[:-1])
+    # The new root checkpoint ends the golden's subgraph call (v2.jsonl): only that goes.
+    kept = [r.id for r in codec.decode_history("g", golden) if ":" not in r.checkpoint_ns]
+    assert [r.id for r in codec.decode_history("g", after)] == kept + ["99999999"]
+    if "v2" not in name:
+        assert after.startswith(golden)
 
 
 # --- versions ---------------------------------------------------------------------------
@@ -280,12 +286,31 @@ def test_a_fork_whose_own_parent_is_gone_replaces_from_its_own_step() -> None:
     assert ids(text) == ["00000001", "00000002", "00000010", "00000011"]
 
 
-def test_replacement_drops_subgraph_checkpoints_of_dropped_root_checkpoints() -> None:
+def test_a_subgraph_call_ends_when_its_root_checkpoint_is_no_longer_the_head() -> None:
     text = build(*linear(4), record(20, None, -1, "input", ns="child:x", root=4), record(21, 20, 0, ns="child:x", root=4))
-    text = codec.append(text, record(10, 3, 2, "fork"))
-    assert ids(text, "child:x") == ["00000020", "00000021"]
+    assert ids(text, "child:x") == ["00000020", "00000021"]  # paused inside the call: kept
+    text = codec.append(text, record(10, 3, 2, "fork"))  # the head is now the fork: the call is over
+    assert ids(text, "child:x") == [] and '"format":2' not in text
     text = codec.append(text, record(11, 10, 3))
-    assert ids(text, "child:x") == [] and "00000004" not in ids(text)
+    assert ids(text) == ["00000001", "00000002", "00000003", "00000010", "00000011"]
+
+
+def test_a_call_put_before_its_root_checkpoint_stays() -> None:
+    """Writes arrive out of order (async durability): a call under a newer root checkpoint is live."""
+    text = build(*linear(4), record(20, None, -1, "input", ns="child:x", root=5))
+    assert ids(text, "child:x") == ["00000020"]
+    text = codec.append(text, record(5, 4, 3))
+    assert ids(text, "child:x") == ["00000020"]
+
+
+def test_a_persistent_subgraph_keeps_its_state_whatever_the_root_does() -> None:
+    """`checkpointer=True` subgraphs (no task id in the namespace) are read again on later calls."""
+    text = build(*linear(4), record(20, None, -1, "input", ns="child", root=4), record(21, 20, 0, ns="child", root=4))
+    text = codec.append(text, record(10, 3, 2, "fork"))
+    text = codec.append(text, record(11, 10, 3))
+    assert ids(text, "child") == ["00000020", "00000021"]
+    text = build(*codec.decode_history("t", text), *(record(i, i - 1 if i > 12 else 11, i) for i in range(12, 40)), max_history=2)
+    assert ids(text) == ["00000038", "00000039"] and ids(text, "child") == ["00000020", "00000021"]
 
 
 # --- history depth ----------------------------------------------------------------------
@@ -308,8 +333,9 @@ def test_max_history_bounds_the_whole_thread_across_namespaces() -> None:
     text = build(*records, max_history=4)
     history = codec.decode_history("t", text)
     assert [r.id for r in history if not r.checkpoint_ns] == ["00000370", "00000380", "00000390", "00000400"]
-    assert {r.checkpoint_ns for r in history if r.checkpoint_ns} == {"child:37", "child:38", "child:39", "child:40"}
-    assert len(history) <= 4 + 4 * 3
+    # Each call ends when the root moves on: only the last one's namespace is left.
+    assert {r.checkpoint_ns for r in history if r.checkpoint_ns} == {"child:40"}
+    assert len(history) <= 4 + 3
 
 
 def test_max_history_cuts_each_subgraph_namespace_to_its_last_n() -> None:
