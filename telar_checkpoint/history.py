@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from telar_checkpoint.entries import Entries
-from telar_checkpoint.errors import CorruptLineError
+from telar_checkpoint.errors import CorruptLineError, UsageError
 from telar_checkpoint.format import (
     CheckpointLine,
     DroppedLine,
@@ -291,6 +291,8 @@ class History:
         """Store a checkpoint; returns True when others were dropped or one was updated in place."""
         key = (line.ns, line.id)
         in_place = key in self.entries
+        if line.parent == line.id or (in_place and line.id in self.parent_chain(line.ns, line.parent)):
+            raise UsageError(f"checkpoint {line.id} cannot be its own ancestor (its parent is {line.parent})")
         head = self.latest(line.ns)  # before this put
         self._add_line(line)
         target = self._writes_for(key) if writes else {}

@@ -378,9 +378,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
         seeds: dict[str, Any] = {}
         remaining = set(channels)
-        cursor = history.get(ns, target.line.parent) if target and target.line.parent else None
-        while cursor is not None and remaining:
-            record = self.codec.record(cursor)
+        ancestors = history.parent_chain(ns, target.line.parent) if target else []
+        for cid in ancestors:
+            if not remaining:
+                break
+            record = self.codec.record(history.entries[(ns, cid)])
             for w in reversed(record.writes):
                 if w.channel in remaining:
                     collected[w.channel].append((w.task_id, w.channel, w.value))
@@ -388,8 +390,6 @@ class TelarSaver(BaseCheckpointSaver[Version]):
                 if ch in record.checkpoint["channel_values"]:
                     seeds[ch] = record.checkpoint["channel_values"][ch]
                     remaining.discard(ch)
-            parent = cursor.line.parent
-            cursor = history.get(ns, parent) if parent else None
         result: dict[str, DeltaChannelHistory] = {}
         for ch in channels:
             result[ch] = {"writes": list(reversed(collected[ch]))}

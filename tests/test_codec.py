@@ -469,3 +469,37 @@ def test_rule_fields_of_the_wrong_type_are_corrupt_lines(field, value) -> None:
 def test_remove_runs_ignores_a_run_id_that_is_not_text() -> None:
     text = build(record(1, None, 0, metadata={"run_id": ["x"]}), record(2, 1, 1, metadata={"run_id": "r"}))
     assert ids(codec.remove_runs(text, {"r"})) == ["00000001"]
+
+
+# --- parent links: never a cycle written, every walk ends on one stored by hand ------------
+
+
+def test_a_checkpoint_cannot_be_its_own_ancestor() -> None:
+    with pytest.raises(UsageError, match="00000001 cannot be its own ancestor"):
+        codec.append(None, record(1, 1, 0))
+    text = build(record(1, None, 0), record(2, 1, 1))
+    with pytest.raises(UsageError, match="00000001 cannot be its own ancestor"):
+        codec.append(text, record(1, 2, 0))  # put again in place, under its own child
+
+
+def test_every_walk_of_parent_links_ends_on_a_cycle_edited_in_by_hand() -> None:
+    text = build(record(1, None, 0), record(2, 1, 1), record(3, 2, 2, "fork"))
+    cycled = text.replace('"id":"00000001","parent":null', '"id":"00000001","parent":"00000002"')
+    assert cycled != text
+    history = codec.parse("t", cycled)
+    assert history.parent_chain("", "00000003") == ["00000003", "00000002", "00000001"]
+    moved = codec.append(cycled, record(4, 3, 3))  # moves on from a fork: looks for branches
+    assert ids(moved) == ["00000001", "00000002", "00000003", "00000004"]
+    delta = {"counters_since_delta_snapshot": {"msgs": [1, 1]}}
+    assert ids(codec.append(cycled, record(4, 3, 3, values={}, metadata=delta), 1))[-1] == "00000004"
+    assert ids(codec.keep_latest(cycled)) == ["00000003"]
+
+
+def test_delta_channel_history_ends_on_a_cycle_edited_in_by_hand() -> None:
+    from telar_checkpoint import MemoryStore, TelarSaver
+
+    text = build(record(1, None, 0, values={}), record(2, 1, 1, values={}), record(3, 2, 2, values={}))
+    saver = TelarSaver(MemoryStore())
+    saver.store.write("t", text.replace('"id":"00000001","parent":null', '"id":"00000001","parent":"00000003"'))
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "00000003"}}
+    assert saver.get_delta_channel_history(config=config, channels=["msgs"]) == {"msgs": {"writes": []}}
