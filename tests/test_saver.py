@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import operator
 import threading
+from typing import Annotated
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from typing_extensions import TypedDict
 
 from telar_checkpoint import CheckpointDroppedError, MemoryStore, TelarSaver, UsageError
 from tests.graphs import multi_step
@@ -191,3 +194,39 @@ def test_a_message_edited_in_place_and_returned_is_stored_edited(store) -> None:
     assert fresh.get_state(config()).values["messages"] == expected
     history = [s.values["messages"] for s in fresh.get_state_history(config())]
     assert history == [s.values["messages"] for s in reference.get_state_history(config())]
+
+
+class Log(TypedDict):
+    log: Annotated[list[dict], operator.add]
+
+
+def _log_editing_graph(checkpointer):
+    """A node that edits an earlier item of an `operator.add` list in place and returns a new item."""
+    from langgraph.graph import END, START, StateGraph
+
+    def note(state: Log) -> dict:
+        if state["log"]:
+            state["log"][0]["text"] = "edited"  # in place, and not handed back
+        return {"log": [{"text": f"entry {len(state['log'])}"}]}
+
+    builder = StateGraph(Log)
+    builder.add_node("note", note)
+    builder.add_edge(START, "note")
+    builder.add_edge("note", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def test_an_item_edited_in_place_is_stored_as_inmemorysaver_stores_it(store) -> None:
+    """Issue 14, item 4: what is stored is the value given, whatever object it is. (With async
+    durability a put may run after the next node changed the object, for any saver: sync here.)"""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    reference, ours = _log_editing_graph(InMemorySaver()), _log_editing_graph(TelarSaver(store))
+    for turn in range(3):
+        for graph in (reference, ours):
+            graph.invoke({"log": [{"text": f"user {turn}"}]}, config(), durability="sync")
+    expected = reference.get_state(config()).values["log"]
+    assert expected[0]["text"] == "edited"
+    fresh = _log_editing_graph(TelarSaver(store))
+    assert fresh.get_state(config()).values["log"] == expected
+    assert [s.values for s in fresh.get_state_history(config())] == [s.values for s in reference.get_state_history(config())]
