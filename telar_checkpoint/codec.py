@@ -309,5 +309,5 @@ def _appended(values: dict[str, Any], parent: Entry) -> dict[str, list[Any]]:
 
 def check_max_history(max_history: int | None) -> None:
     """Refuse a history depth that is not a positive integer (None: unbounded)."""
-    if max_history is not None and (not isinstance(max_history, int) or max_history < 1):
+    if max_history is not None and (not isinstance(max_history, int) or isinstance(max_history, bool) or max_history < 1):
         raise UsageError(f"max_history must be a positive integer or None, not {max_history!r}")

@@ -359,7 +359,7 @@ def test_trimming_keeps_the_ancestors_a_delta_channel_needs() -> None:
     assert ids(text) == ["00000012", "00000013"]
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, "3"])
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "3", True, False])
 def test_max_history_must_be_a_positive_integer(bad) -> None:
     with pytest.raises(UsageError, match="max_history must be a positive integer"):
         codec.append(None, record(1, None, 0), bad)
