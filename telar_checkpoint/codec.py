@@ -61,8 +61,13 @@ class CheckpointRecord:
 class CheckpointCodec:
     """Encodes checkpoint records as JSON lines, state values through `serde` (default: `JsonSerializer`)."""
 
-    def __init__(self, serde: SerializerProtocol | None = None, *, cache_size: int = 64) -> None:
+    def __init__(
+        self, serde: SerializerProtocol | None = None, *, cache_size: int = 64, keep_finished_subgraphs: bool = False
+    ) -> None:
         self.values = ValueCodec(serde or JsonSerializer())
+        # Keep a finished subgraph call's checkpoints while the checkpoint it ran under is kept
+        # (see `History.finished_calls`); by default they go once the call is over.
+        self.keep_finished_subgraphs = keep_finished_subgraphs
         # Parsing is pure, so its results for the last string of recent threads are memoized.
         self.cache = ParseCache(cache_size)
 
@@ -178,11 +183,12 @@ class CheckpointCodec:
         or None when the string must be rewritten whole (`history.render()`)."""
         check_max_history(max_history)
         line = self._line(record, history)
-        rewrite = history.put(line, self._writes_of(record))
+        keep = self.keep_finished_subgraphs
+        rewrite = history.put(line, self._writes_of(record), keep_finished_calls=keep)
         entry = history.get(line.ns, line.id)
         if rewrite or history.torn is not None:
             if max_history is not None:
-                history.trim(max_history)
+                history.trim(max_history, keep)
             return None
         added = [line.text]
         if record.writes and entry is not None:
@@ -191,7 +197,7 @@ class CheckpointCodec:
         history.line_count += len(added)
         if max_history is not None:
             before = dict(history.dropped)
-            cut = history.trim(max_history)
+            cut = history.trim(max_history, keep)
             if cut:
                 # Trimming appends floors, and rewrites only once the string holds twice what it needs.
                 floors = history.floor_lines(cut, before)
@@ -250,7 +256,7 @@ class CheckpointCodec:
         """`stored` cut to its last `max_history` checkpoints (see `append`)."""
         check_max_history(max_history)
         history = History.parse(None, stored)
-        cut = history.trim(max_history)
+        cut = history.trim(max_history, self.keep_finished_subgraphs)
         return history.render() if cut or history.torn or history.holds_trimmed else stored or ""
 
     def remove_runs(self, stored: str | None, run_ids: set[str]) -> str | None:
@@ -265,7 +271,7 @@ class CheckpointCodec:
     def keep_latest(self, stored: str | None) -> str | None:
         """`stored` with only the latest checkpoint of each namespace (and what DeltaChannel needs)."""
         history = History.parse(None, stored)
-        return history.render() if history.keep_latest() or history.torn else stored
+        return history.render() if history.keep_latest(self.keep_finished_subgraphs) or history.torn else stored
 
     def find(self, thread_id: str, history: History, checkpoint_ns: str, checkpoint_id: str | None) -> Entry | None:
         """The entry asked for (the latest of the namespace when no id), or None if never held.

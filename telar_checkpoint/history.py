@@ -287,8 +287,12 @@ class History:
 
     # --- changes ---------------------------------------------------------------
 
-    def put(self, line: CheckpointLine, writes: Iterable[tuple[str, int, str, Any, str]] = ()) -> bool:
-        """Store a checkpoint; returns True when others were dropped or one was updated in place."""
+    def put(
+        self, line: CheckpointLine, writes: Iterable[tuple[str, int, str, Any, str]] = (), *, keep_finished_calls: bool = False
+    ) -> bool:
+        """Store a checkpoint; returns True when others were dropped or one was updated in place.
+
+        `keep_finished_calls`: see `finished_calls`."""
         key = (line.ns, line.id)
         in_place = key in self.entries
         if line.parent == line.id or (in_place and line.id in self.parent_chain(line.ns, line.parent)):
@@ -299,7 +303,7 @@ class History:
         for task_id, idx, channel, value, path in writes:
             merge_writes(target, task_id, path, [(idx, channel, value)])
         replaced = not in_place and bool(self._replace_for(line, head))
-        finished = self._drop_finished_calls()
+        finished = bool(self._drop_finished_calls(keep_finished_calls))
         return in_place or replaced or finished
 
     def add_writes(self, ns: str, cid: str, task_id: str, path: str, writes: list[tuple[int, str, Any]]) -> WritesLine | None:
@@ -369,36 +373,42 @@ class History:
         for key in [k for k in self.orphans if k in keys]:
             del self.orphans[key]
 
-    def finished_calls(self) -> list[str]:
-        """The subgraph-call namespaces whose call is over: a graph that encloses the call
-        (`parents`) has a newer checkpoint than the one the call ran under. LangGraph never
-        resumes such a call; the enclosing checkpoint holds its result."""
+    def finished_calls(self, keep_finished_calls: bool = False) -> list[str]:
+        """The subgraph-call namespaces to drop: those whose call is over, because a graph that
+        encloses the call (`parents`) has a newer checkpoint than the one the call ran under.
+        LangGraph never resumes such a call; the enclosing checkpoint holds its result.
+
+        With `keep_finished_calls`, a call that is over stays while every checkpoint it ran
+        under is stored, so the subgraph state of a past step can be inspected (LangGraph's
+        `StateSnapshot.tasks[i].state`), as LangGraph's savers allow."""
         finished = []
         for ns in sorted(self._calls):
             entry = self.latest(ns)
             if entry is None:
                 self._calls.discard(ns)
                 continue
+            over, under_stored = False, True
             for outer, cid in (entry.line.metadata.get("parents") or {}).items():
                 head = self.latest(outer) if outer != ns else None
-                if head is not None and cid < head.line.id:
-                    finished.append(ns)
-                    break
+                over = over or (head is not None and cid < head.line.id)
+                under_stored = under_stored and (outer, cid) in self.entries
+            if over and not (keep_finished_calls and under_stored):
+                finished.append(ns)
         return finished
 
-    def _drop_finished_calls(self) -> bool:
-        """Drop the namespaces of finished subgraph calls, with their records (see `finished_calls`)."""
-        finished = self.finished_calls() if self._calls else []
+    def _drop_finished_calls(self, keep_finished_calls: bool = False) -> set[Key]:
+        """Drop the namespaces of `finished_calls`, with their writes and records; what went."""
+        finished = set(self.finished_calls(keep_finished_calls)) if self._calls else set()
         if not finished:
-            return False
-        gone = set(finished)
-        self._drop({key for key in self.entries if key[0] in gone})
-        for key in [k for k in self.orphans if k[0] in gone]:
+            return set()
+        gone = {key for key in self.entries if key[0] in finished}
+        self._drop(gone)
+        for key in [k for k in self.orphans if k[0] in finished]:
             del self.orphans[key]
         for ns in finished:
             self.dropped.pop(ns, None)
             self._calls.discard(ns)
-        return True
+        return gone
 
     def was_deleted(self, ns: str, cid: str) -> bool:
         """True when `cid` was removed on request (it reads as absent, as LangGraph expects)."""
@@ -426,19 +436,18 @@ class History:
         for ns, cid in sorted(keys):
             self._remember(ns, cid, "deleted")
 
-    def keep_latest(self) -> bool:
+    def keep_latest(self, keep_finished_calls: bool = False) -> bool:
         """Keep the latest checkpoint of each namespace (and its DeltaChannel ancestors); what
         goes counts as trimmed."""
         cut: set[Key] = set()
         for ns in self.namespaces():
             self._keep_last(ns, self.in_ns(ns), 1, cut)
-        if not cut:
-            return False
-        self._drop(cut)
-        self._set_floors({ns for ns, _ in cut})
-        return True
+        if cut:
+            self._drop(cut)
+            self._set_floors({ns for ns, _ in cut})
+        return bool(self._drop_finished_calls(keep_finished_calls)) or bool(cut)
 
-    def trim(self, max_history: int) -> set[Key]:
+    def trim(self, max_history: int, keep_finished_calls: bool = False) -> set[Key]:
         """Keep the last `max_history` checkpoints of each namespace, and the ancestors a kept
         checkpoint needs to rebuild `DeltaChannel` state. Returns what was cut.
 
@@ -456,6 +465,8 @@ class History:
         self._drop(cut)
         self._set_floors({ns for ns, _ in cut})
         self._forget_trimmed_orphans()
+        if keep_finished_calls:  # the calls that ran under what was cut go with it
+            cut |= self._drop_finished_calls(True)
         return cut
 
     def _forget_trimmed_orphans(self) -> None:

@@ -61,6 +61,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):
     `./.telar-checkpoint`. `max_history` keeps the last N checkpoints of each
     thread (None: unbounded). `serde` serializes state values (default: the
     readable `JsonSerializer`; any LangGraph `SerializerProtocol` works).
+    `keep_finished_subgraphs` keeps a finished subgraph call's checkpoints while
+    the checkpoint it ran under is kept, so a past step's subgraph state can be
+    inspected (as LangGraph Studio does); by default they go once the call is over,
+    and a thread not paused in a subgraph holds format version 1 lines only.
     """
 
     def __init__(
@@ -69,13 +73,14 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         *,
         max_history: int | None = None,
         serde: SerializerProtocol | None = None,
+        keep_finished_subgraphs: bool = False,
     ) -> None:
         check_max_history(max_history)
         serde = serde or JsonSerializer()
         super().__init__(serde=serde)
         self.store: Store = store if isinstance(store, Store) else FileStore(store or DEFAULT_DIRECTORY)
         self.max_history = max_history
-        self.codec = CheckpointCodec(serde)
+        self.codec = CheckpointCodec(serde, keep_finished_subgraphs=keep_finished_subgraphs)
         self._histories = VersionedHistories()
         self._writers = WriterLocks()
         self._lingers = Lingers(WRITES_LINGER)
@@ -110,7 +115,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         serde = derive(extra_allowlist)
         if serde is self.codec.values.serde:
             return self
-        clone = type(self)(self.store, max_history=self.max_history, serde=serde)
+        clone = type(self)(
+            self.store, max_history=self.max_history, serde=serde,
+            keep_finished_subgraphs=self.codec.keep_finished_subgraphs,
+        )
         clone._writers, clone._lingers = self._writers, self._lingers  # one saver's writers take turns
         return clone
 
@@ -562,7 +570,7 @@ def _check_strategy(strategy: str) -> str:
 class _SaverContext:
     """What `TelarSaver.from_conn_string` returns: usable with `with` and `async with`."""
 
-    _SAVER_OPTIONS = ("max_history", "serde")
+    _SAVER_OPTIONS = ("max_history", "serde", "keep_finished_subgraphs")
 
     def __init__(self, cls: type[TelarSaver], url: str, options: dict[str, Any]) -> None:
         self.cls, self.url = cls, url

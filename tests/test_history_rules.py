@@ -280,3 +280,53 @@ async def test_version_2_only_while_paused_in_a_subgraph(store, api, depth) -> N
         # A reader that predates subgraphs reads the whole thread, and finds what a current one finds.
         old_reader = read_with_version_1_only(saver)
         assert list(old_reader.entries) == list(read_history(saver).entries)
+
+
+# --- 5. keep_finished_subgraphs: a past step's subgraph state can be inspected ------------------
+
+
+async def subgraph_states_of_past_steps(api: Api, graph: Any) -> list:
+    """What LangGraph Studio shows: the state and history of each past step's subgraph task."""
+    shown = []
+    for snapshot in await api.history(graph, config()):
+        for task in snapshot.tasks:
+            if isinstance(task.state, dict):
+                scoped = {"configurable": {**config()["configurable"], "checkpoint_ns": task.state["configurable"]["checkpoint_ns"]}}
+                state = await api.state(graph, scoped)
+                shown.append((summary(state), [summary(s) for s in await api.history(graph, scoped)]))
+    return shown
+
+
+async def test_keep_finished_subgraphs_lets_past_steps_subgraphs_be_inspected(store, api) -> None:
+    shown = []
+    for saver in (InMemorySaver(), TelarSaver(store, keep_finished_subgraphs=True), TelarSaver(store, max_history=1)):
+        graph = nested_subgraphs(2).compile(checkpointer=saver)
+        thread = config()
+        await api.invoke(graph, {"request": "r", "log": []}, thread)
+        await api.invoke(graph, resume("ok"), thread)
+        shown.append(await subgraph_states_of_past_steps(api, graph))
+        if isinstance(saver, TelarSaver):
+            saver.store.delete("t")
+    reference, kept, dropped = shown
+    assert reference and kept == reference
+    # By default a call's checkpoints go once it is over: LangGraph then shows no subgraph
+    # state for the step, as for a thread that never ran it.
+    assert dropped == []
+
+
+def test_kept_subgraph_calls_go_with_the_step_they_ran_in() -> None:
+    from telar_checkpoint import CheckpointCodec, CheckpointRecord
+
+    codec = CheckpointCodec(keep_finished_subgraphs=True)
+
+    def put(text, n, parent, ns="", root=None):
+        checkpoint = {"v": 4, "id": f"{n:08d}", "ts": "t", "channel_values": {}, "channel_versions": {}, "versions_seen": {}}
+        metadata = {"source": "loop", "step": n, "parents": {"": f"{root:08d}"} if root else {}}
+        return codec.append(text, CheckpointRecord(checkpoint, metadata, ns, f"{parent:08d}" if parent else None), 2)
+
+    text = None
+    for i in range(1, 6):
+        text = put(text, i * 10, (i - 1) * 10 or None)
+        text = put(text, i * 10 + 1, None, ns=f"child:{i}", root=i * 10)
+    namespaces = {r.checkpoint_ns for r in codec.decode_history("t", text)}
+    assert namespaces == {"", "child:4", "child:5"}  # the calls of the two root checkpoints kept
