@@ -652,3 +652,52 @@ def test_a_remembered_class_name_follows_the_allowlist() -> None:
     assert type(serde.from_jsonable(stored)) is Model
     serde._allowlist.add_class(Other)
     assert type(serde.from_jsonable(stored)) is Other
+
+
+def test_subclasses_of_builtin_types_are_stored_as_the_base_type() -> None:
+    """As LangGraph's serializer: `message.text` (a TextAccessor) and other subclasses of
+    str, int, float, list and dict read back as the base type, with the base type's
+    value (the subclass's own __str__ or __iter__ is not what is stored)."""
+
+    class Shout(str):
+        def __str__(self) -> str:
+            return "OVERRIDDEN"
+
+    class Count(int):
+        def __int__(self) -> int:
+            return 99
+
+    class Score(float): ...
+
+    class Items(list):
+        def __iter__(self) -> Any:
+            return iter(["OVERRIDDEN"])
+
+    class Fields(dict):
+        def items(self) -> Any:
+            return [("OVERRIDDEN", 1)]
+
+    text = AIMessage("hello").text
+    value = {"text": text, "shout": Shout("a\x00b"), "n": Count(2**70), "score": Score(0.5),
+             "items": Items([Shout("x"), 1]), "fields": Fields(k=Count(3))}  # fmt: skip
+    expected = {"text": "hello", "shout": "a\x00b", "n": 2**70, "score": 0.5, "items": ["x", 1], "fields": {"k": 3}}
+    serde = JsonSerializer()
+    assert_plain_json(serde.to_jsonable(value))
+    loaded = serde.loads_typed(serde.dumps_typed(value))
+    assert_same(expected, loaded)
+
+
+def test_a_changed_class_gives_what_langgraph_gives() -> None:
+    """A program's class that refuses its stored fields (it changed since they were
+    stored): a pydantic model is built without validation, as LangGraph's serializer
+    does; a dataclass, NamedTuple or Enum gives the plain data. Never an error."""
+    serde = JsonSerializer(allowed_classes=[Profile, Point, Pair, Color])
+    model = serde.from_jsonable({"$model": {"class": f"{__name__}:Profile", "fields": {"nick": "x"}}})
+    assert type(model) is Profile and "name" not in model.__dict__  # as Profile.model_construct(nick="x")
+    assert model.__dict__ == Profile.model_construct(nick="x").__dict__
+    stored = [
+        {"$dataclass": {"class": f"{__name__}:Point", "fields": {"x": 1, "z": 2}}},
+        {"$namedtuple": {"class": f"{__name__}:Pair", "fields": {"middle": 1}}},
+        {"$enum": {"class": f"{__name__}:Color", "value": "purple"}},
+    ]
+    assert [serde.from_jsonable(data) for data in stored] == [{"x": 1, "z": 2}, {"middle": 1}, "purple"]

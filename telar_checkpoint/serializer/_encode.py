@@ -1,8 +1,10 @@
 """Python values to JSON values: plain where JSON has the type, a one-key tag where not.
 
 `to_jsonable` dispatches on the exact type: the JSON types first, inline, then a
-dict from type to encoder, filled on first sight of a new class. A value we
-cannot write back exactly raises SerializationError naming its type.
+dict from type to encoder, filled on first sight of a new class. A value is
+written as LangGraph's serializer reads it back where that differs from the value
+(an exception as its repr text, a `str` subclass as a `str`); one we cannot write
+raises SerializationError naming its type.
 """
 
 from __future__ import annotations
@@ -312,8 +314,12 @@ _BASE_VALUE: tuple[tuple[type, Callable[[Any], Any]], ...] = (
 )  # fmt: skip
 
 
-def _as_base(base_value: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda obj: to_jsonable(base_value(obj))
+def _base_type_encoder(cls: type) -> Callable[[Any], Any] | None:
+    """For a subclass of a type in _BASE_VALUE: store the base type's value."""
+    for base, base_value in _BASE_VALUE:
+        if issubclass(cls, base):
+            return lambda obj: to_jsonable(base_value(obj))
+    return None
 
 
 def _encode_send(obj: Any) -> Any:
@@ -344,8 +350,8 @@ def _encoder_for_class(cls: type) -> Callable[[Any], Any]:
         encode = lambda obj: {"$path": to_jsonable(str(obj))}  # noqa: E731
     elif issubclass(cls, ZoneInfo):
         encode = _encode_zoneinfo
-    elif base := next((value for base, value in _BASE_VALUE if issubclass(cls, base)), None):
-        encode = _as_base(base)
+    elif (as_base := _base_type_encoder(cls)) is not None:
+        encode = as_base
     else:
         raise SerializationError(
             f"cannot store a value of type {cls.__module__}.{cls.__qualname__} as JSON; "
