@@ -286,3 +286,36 @@ def test_get_state_with_a_checkpoint_id_echoes_the_callers_config(tmp_path) -> N
         assert state.config == async_state.config == fetched.config == named
         results.append((fetched.config is named, sorted(latest["configurable"])))
     assert results[1] == results[0] == (True, ["checkpoint_id", "checkpoint_ns", "thread_id"])
+
+
+def functional_program(checkpointer: Any) -> Any:
+    from langgraph.func import entrypoint, task
+
+    @task
+    def plan_for(goal: str) -> Plan:
+        return Plan(goal=goal, steps=["look"])
+
+    @entrypoint(checkpointer=checkpointer)
+    def program(goal: str, *, previous: Any = None) -> entrypoint.final[Plan, dict]:
+        plan = plan_for(goal).result()
+        return entrypoint.final(value=plan, save={"plans": [*(previous or {}).get("plans", []), plan], "mood": Mood.HAPPY})
+
+    return program
+
+
+def test_functional_api_state_of_user_classes_reads_back_as_in_memory_saver_gives_it(tmp_path) -> None:
+    """An @entrypoint's saved state and its tasks' results are classes LangGraph derives
+    no allowlist from; a new saver reads them, and the next run gets them as `previous`."""
+    results = []
+    for saver, reopened in ((ref := InMemorySaver(), lambda: ref), (TelarSaver(tmp_path), lambda: TelarSaver(tmp_path))):
+        program = functional_program(saver)
+        outputs = [program.invoke(goal, CONFIG) for goal in ("first", "second")]
+        program = functional_program(reopened())
+        state = program.get_state(CONFIG).values
+        outputs.append(program.invoke("third", CONFIG))
+        saved = program.checkpointer.get_tuple(CONFIG).checkpoint["channel_values"]["__previous__"]
+        results.append((outputs, state, saved))
+    assert results[1] == results[0]
+    assert results[0][1] == Plan(goal="second", steps=["look"]) and type(results[1][1]) is Plan
+    saved = results[1][2]
+    assert [plan.goal for plan in saved["plans"]] == ["first", "second", "third"] and saved["mood"] is Mood.HAPPY
