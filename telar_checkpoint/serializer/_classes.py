@@ -1,5 +1,5 @@
-"""Stored objects that name a class: the class is found (`_Registry.listed`, or
-`unlisted`), checked to be of the kind its tag says, and rebuilt through that class
+"""Stored objects that name a class: the class is found (`Allowlist.listed`, or
+`Allowlist.unlisted`), checked to be of the kind its tag says, and rebuilt through that class
 only; a class not found, or one that refuses its stored fields, gives the plain data.
 """
 
@@ -54,7 +54,9 @@ def _plain_after_refusal(cls: type, tag: str, exc: Exception, plain: Any) -> Any
     return plain
 
 
-def _class(record: dict[str, Any], tag: str, allowlist: Allowlist, is_kind: Callable[[type], bool], kind: str) -> type | None:
+def _class(
+    record: dict[str, Any], tag: str, allowlist: Allowlist, is_kind: Callable[[type], bool], kind: str
+) -> type | None:
     """The class a stored object names, checked to be a `kind`; None for its plain data."""
     name = record["class"]
     if type(name) is not str:
@@ -223,7 +225,7 @@ def _model_builder(cls: type[pydantic.BaseModel], tag: str) -> _Builder:
     def build(stored: dict[str, Any], dec: Decode) -> Any:
         fields = {k: v if type(v) in leaf else dec(v) for k, v in stored.items()}
         if validate:
-            return _validated(cls, fields, tag)
+            return _validated(cls, fields, tag, cls.model_construct)
         try:
             return cls.model_construct(set(fields), **fields)
         except Exception as exc:  # the class refused the stored fields
@@ -232,17 +234,23 @@ def _model_builder(cls: type[pydantic.BaseModel], tag: str) -> _Builder:
     return build
 
 
-def _validated(cls: type[pydantic.BaseModel], fields: dict[str, Any], tag: str) -> Any:
-    """A model of the program's: validated from its stored fields; if it refuses
-    them (the class changed since), built without validation, as LangGraph's
-    serializer does, and if even that fails, the plain fields."""
+def _validated(cls: type, fields: dict[str, Any], tag: str, construct: Callable[..., Any]) -> Any:
+    """A model of the program's, validated from its stored fields; if it refuses them
+    (the class changed since), built by `construct`, without validation, as LangGraph's
+    serializer does; if even that fails, the plain fields."""
     try:
         return cls(**fields)
-    except Exception:
-        try:
-            return cls.model_construct(**fields)
-        except Exception as exc:
-            return _plain_after_refusal(cls, tag, exc, fields)
+    except Exception as exc:
+        name = f"{cls.__module__}:{cls.__qualname__}"
+        warn_once(
+            "unvalidated", name,
+            "Loading %s from a checkpoint without validation: it refused the stored fields (%s).",
+            name, type(exc).__name__,
+        )  # fmt: skip
+    try:
+        return construct(**fields)
+    except Exception as exc:
+        return _plain_after_refusal(cls, tag, exc, fields)
 
 
 def _is_model(cls: type) -> bool:
@@ -261,22 +269,15 @@ def _model(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
 
 def _model_v1(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
     record = expect_keys(payload, "$model_v1", ("class", "fields"))
-    cls = _class(record, "$model_v1", allowlist, lambda cls: issubclass(cls, pydantic.v1.BaseModel), "pydantic.v1 model")
+    cls = _class(record, "$model_v1", allowlist, _is_model_v1, "pydantic.v1 model")
     fields = _fields(record, dec, "$model_v1")
     if cls is None:
         return fields
-    # As LangGraph's serializer: validated, else built without validation (the class changed since).
-    return _build(cls, lambda: _first_of(lambda: cls(**fields), lambda: cls.construct(**fields)), "$model_v1", fields)
+    return _validated(cls, fields, "$model_v1", cls.construct)
 
 
-def _first_of(*builds: Callable[[], Any]) -> Any:
-    """The first of `builds` that does not raise; the last one's error if all do."""
-    for build in builds[:-1]:
-        try:
-            return build()
-        except Exception:
-            pass
-    return builds[-1]()
+def _is_model_v1(cls: type) -> bool:
+    return issubclass(cls, pydantic.v1.BaseModel)
 
 
 def _is_namedtuple(cls: type) -> bool:
