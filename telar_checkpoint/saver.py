@@ -124,11 +124,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):
 
     # --- pure pieces, shared by the sync and async methods ------------------------
 
-    def _tuple(self, thread_id: str, entry: Entry) -> CheckpointTuple:
+    def _tuple(self, thread_id: str, entry: Entry, config: RunnableConfig | None = None) -> CheckpointTuple:
+        """The tuple of `entry`; its config is `config` when given (as LangGraph's savers
+        return the caller's config when it named the checkpoint), else the checkpoint's own."""
         record = self.codec.record(entry)
         ns = record.checkpoint_ns
         return CheckpointTuple(
-            config=_config(thread_id, ns, record.id),
+            config=config if config is not None else _config(thread_id, ns, record.id),
             checkpoint=record.checkpoint,
             metadata=record.metadata,
             parent_config=_config(thread_id, ns, record.parent_id) if record.parent_id else None,
@@ -340,8 +342,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):
 
     def _get(self, config: RunnableConfig, history: History) -> CheckpointTuple | None:
         thread_id, ns = _thread_and_ns(config)
-        entry = self.codec.find(thread_id, history, ns, get_checkpoint_id(config))
-        return self._tuple(thread_id, entry) if entry else None
+        checkpoint_id = get_checkpoint_id(config)
+        entry = self.codec.find(thread_id, history, ns, checkpoint_id)
+        return self._tuple(thread_id, entry, config if checkpoint_id else None) if entry else None
 
     def _matches(
         self, config: RunnableConfig | None, filter: dict[str, Any] | None, before: RunnableConfig | None
