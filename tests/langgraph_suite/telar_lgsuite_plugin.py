@@ -11,7 +11,9 @@ on a `FileStore` in a fresh temporary directory per test.
 Environment:
 - `TELAR_LGSUITE_SAVER`: `telar` (default), `memory` (their InMemorySaver, the reference),
   `telar_shadow` (TelarSaver whose dropped checkpoints are served from an InMemorySaver, to
-  check that a by-design failure differs in nothing else; see telar_lgsuite_shadow.py) or
+  check that a by-design failure differs in nothing else; see telar_lgsuite_shadow.py),
+  `telar_emulate14` (TelarSaver with stand-ins for issue 14's fixes, to see what they hide;
+  see telar_lgsuite_emulate.py) or
   `audit` (an InMemorySaver that notes reads of checkpoints off the live path, see
   telar_lgsuite_audit.py; `TELAR_LGSUITE_AUDIT=path` gets the notes as JSON).
 - `TELAR_LGSUITE_ALL_TESTS=1`: keep the tests that use no checkpointer fixture too
@@ -36,12 +38,14 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from telar_checkpoint import FileStore, TelarSaver
 from telar_lgsuite_audit import AuditSaver, current_test, findings
+from telar_lgsuite_emulate import EmulatedFixesTelarSaver
 from telar_lgsuite_shadow import ShadowedTelarSaver
 
 _CHECKPOINTER_FIXTURES = ("sync_checkpointer", "async_checkpointer")
 _THEIR_VARIANT = "memory"  # the variant of theirs whose factory we replace
 _SAVER = os.environ.get("TELAR_LGSUITE_SAVER", "telar")
-_VARIANT_IDS = {"telar": "telar_file", "memory": "memory", "telar_shadow": "telar_file", "audit": "audit"}
+_VARIANT_IDS = {"telar": "telar_file", "memory": "memory", "telar_shadow": "telar_file",
+                "telar_emulate14": "telar_file", "audit": "audit"}
 if _SAVER not in _VARIANT_IDS:
     raise pytest.UsageError(f"TELAR_LGSUITE_SAVER={_SAVER!r}: use one of {', '.join(_VARIANT_IDS)}")
 _VARIANT_ID = _VARIANT_IDS[_SAVER]
@@ -62,12 +66,17 @@ def _shadowed_checkpointer() -> AbstractContextManager[TelarSaver]:
     return _telar_file_checkpointer(ShadowedTelarSaver)
 
 
+def _emulated_checkpointer() -> AbstractContextManager[TelarSaver]:
+    return _telar_file_checkpointer(EmulatedFixesTelarSaver)
+
+
 @contextmanager
 def _audit_checkpointer() -> Iterator[BaseCheckpointSaver]:
     yield AuditSaver()
 
 
-_FACTORIES = {"telar": _telar_file_checkpointer, "telar_shadow": _shadowed_checkpointer, "audit": _audit_checkpointer}
+_FACTORIES = {"telar": _telar_file_checkpointer, "telar_shadow": _shadowed_checkpointer,
+              "telar_emulate14": _emulated_checkpointer, "audit": _audit_checkpointer}
 
 
 def _narrow(fixturedef: pytest.FixtureDef) -> None:
