@@ -45,7 +45,7 @@ _CHECKPOINTER_FIXTURES = ("sync_checkpointer", "async_checkpointer")
 _THEIR_VARIANT = "memory"  # the variant of theirs whose factory we replace
 _SAVER = os.environ.get("TELAR_LGSUITE_SAVER", "telar")
 _VARIANT_IDS = {"telar": "telar_file", "memory": "memory", "telar_shadow": "telar_file",
-                "telar_emulate14": "telar_file", "audit": "audit"}
+                "telar_emulate14": "telar_file", "audit": "memory"}  # audit: an InMemorySaver, whose tests compare snapshots named [memory]
 if _SAVER not in _VARIANT_IDS:
     raise pytest.UsageError(f"TELAR_LGSUITE_SAVER={_SAVER!r}: use one of {', '.join(_VARIANT_IDS)}")
 _VARIANT_ID = _VARIANT_IDS[_SAVER]
