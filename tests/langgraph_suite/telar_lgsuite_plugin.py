@@ -4,7 +4,7 @@ Loaded with `-p telar_lgsuite_plugin` (this folder on PYTHONPATH) from the root 
 checkout of LangGraph's `libs/langgraph`; it edits none of their files. Their
 `tests/conftest.py` builds the `sync_checkpointer` and `async_checkpointer` fixtures from
 a list of named variants; this plugin narrows both lists to one variant, "memory", shown
-under the id `telar_file` (or `memory` for the reference run), and, for TelarSaver, points
+under the id `telar_file` (`memory` for the reference and audit runs), and, for TelarSaver, points
 the name `_checkpointer_memory` that their fixtures call at a factory of ours: a TelarSaver
 on a `FileStore` in a fresh temporary directory per test.
 
@@ -116,7 +116,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"telar_lgsuite_plugin: checkpointer fixtures yield {_VARIANT_ID}"
+    return f"telar_lgsuite_plugin: checkpointer fixtures yield the {_SAVER!r} saver, under the id [{_VARIANT_ID}]"
 
 
 _phases: dict[str, dict[str, pytest.TestReport]] = {}
