@@ -2,6 +2,7 @@
 # Runs LangGraph's own test suite (libs/langgraph/tests) with TelarSaver on the file store.
 #
 # Usage: tests/langgraph_suite/run.sh LANGGRAPH_DIR [pytest arguments...]
+#   (arguments that name tests/... paths or node ids replace the default, their whole tests/)
 #   LANGGRAPH_DIR  a checkout of LangGraph's libs/langgraph (it holds pyproject.toml, langgraph/
 #                  and tests/); this script neither fetches nor contains LangGraph's code.
 # Environment:
@@ -53,12 +54,14 @@ mkdir -p "$results"
 run_suite() {  # $1: telar or memory; the rest: pytest arguments
     local which=$1
     shift
+    local where=(tests)  # their whole suite, unless the arguments name tests/... paths
+    for arg in "$@"; do [[ $arg == tests* ]] && where=(); done
     echo "== LangGraph's suite with ${which} (log: $results/$which.log)"
     local start=$SECONDS status=0
     (cd "$langgraph_dir" &&
         NO_DOCKER=true TELAR_LGSUITE_SAVER=$which TELAR_LGSUITE_RESULTS="$results/$which.json" \
             PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" \
-            timeout "$run_timeout" "$venv/bin/python" -m pytest tests \
+            timeout "$run_timeout" "$venv/bin/python" -m pytest "${where[@]}" \
             -p telar_lgsuite_plugin -p no:cacheprovider -o addopts= --snapshot-warn-unused \
             --timeout 120 -q -rfE "$@") >"$results/$which.log" 2>&1 || status=$?
     tail -n 1 "$results/$which.log"
