@@ -341,29 +341,31 @@ class History:
         cut_from = oldest.step if oldest.parent is not None and oldest.parent not in on_path else None
         members = self.in_ns(ns)
         parent_of = {e.line.id: e.line.parent for e in members}
+        # A fork or update off the path that no run moved on from is a point travelled to and
+        # left: it goes too, even where trimming hides what it branched from.
+        moved_on: set[str] = set()
+        for entry in members:
+            if entry.line.source in _MOVES_ON:
+                cid = entry.line.parent
+                while cid is not None and cid in parent_of and cid not in moved_on:
+                    moved_on.add(cid)
+                    cid = parent_of[cid]
+        reaches_path = dict.fromkeys(on_path, True)  # id -> whether its parent links reach the path
         doomed: set[Key] = set()
         for entry in members:
             cid = entry.line.id
             if cid in on_path:
                 continue
-            if (cut_from is not None and entry.line.step >= cut_from) or self._branches_off(cid, parent_of, on_path):
+            if (
+                (cut_from is not None and entry.line.step >= cut_from)
+                or (entry.line.source in _FORKS and cid not in moved_on)
+                or _reaches(entry.line.parent, parent_of, reaches_path)
+            ):
                 doomed.add((ns, cid))
         self._drop(doomed)
         for dns, cid in sorted(doomed):
             self._remember(dns, cid, "replaced")
         return doomed
-
-    @staticmethod
-    def _branches_off(cid: str, parent_of: dict[str, str | None], path: set[str]) -> bool:
-        """Whether following parents from `cid` reaches a checkpoint on `path`."""
-        seen: set[str] = set()
-        cursor = parent_of.get(cid)
-        while cursor is not None and cursor not in seen:
-            if cursor in path:
-                return True
-            seen.add(cursor)
-            cursor = parent_of.get(cursor)
-        return False
 
     def _drop(self, keys: set[Key]) -> None:
         """Remove checkpoints and their pending writes."""
@@ -536,3 +538,17 @@ class History:
             chain.append(cid)
             needed -= ancestor.values.keys() | ancestor.appended.keys()
         return chain
+
+
+def _reaches(cid: str | None, parent_of: dict[str, str | None], known: dict[str, bool]) -> bool:
+    """Whether following parents from `cid` reaches an id `known` says True for; what it
+    learns on the way goes into `known`, so a pass over a namespace stays linear."""
+    chain: list[str] = []
+    while cid is not None and cid in parent_of and cid not in known:
+        known[cid] = False  # provisional: a cycle ends here
+        chain.append(cid)
+        cid = parent_of[cid]
+    result = known.get(cid, False) if cid is not None else False
+    for walked in chain:
+        known[walked] = result
+    return result
