@@ -45,13 +45,14 @@ def _build(cls: type, build: Callable[[], Any], tag: str, plain: Any) -> Any:
 def _plain_after_refusal(cls: type, tag: str, exc: Exception, plain: Any) -> Any:
     if cls in BUILTIN_NAMES:  # our own types: stored fields they refuse are damaged data
         raise _refused(cls, tag, exc) from exc
-    name = f"{cls.__module__}:{cls.__qualname__}"
-    warn_once(
-        "refused", name,
-        "Loading %s from a checkpoint as plain data: the class refused the stored fields (%s).",
-        name, type(exc).__name__,
-    )  # fmt: skip
+    _warn_refused("refused", cls, "as plain data: the class", exc)
     return plain
+
+
+def _warn_refused(kind: str, cls: type, how: str, exc: Exception) -> None:
+    """Warn once per class and `kind` that `cls` refused its stored fields, and how it is loaded."""
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    warn_once(kind, name, "Loading %s from a checkpoint %s refused the stored fields (%s).", name, how, type(exc).__name__)
 
 
 def _class(
@@ -241,12 +242,7 @@ def _validated(cls: type, fields: dict[str, Any], tag: str, construct: Callable[
     try:
         return cls(**fields)
     except Exception as exc:
-        name = f"{cls.__module__}:{cls.__qualname__}"
-        warn_once(
-            "unvalidated", name,
-            "Loading %s from a checkpoint without validation: it refused the stored fields (%s).",
-            name, type(exc).__name__,
-        )  # fmt: skip
+        _warn_refused("unvalidated", cls, "without validation: it", exc)
     try:
         return construct(**fields)
     except Exception as exc:
