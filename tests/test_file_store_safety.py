@@ -246,7 +246,7 @@ def test_ids_that_differ_only_in_case_get_names_that_differ_without_case(store: 
 
 
 def test_a_store_written_with_the_legacy_names_is_still_read_and_moved_on_write(tmp_path: Path) -> None:
-    """Releases before 0.2 kept upper-case letters in names: `Chat.jsonl`, and for a long id
+    """Release 0.1.0 kept upper-case letters in names: `Chat.jsonl`, and for a long id
     nested `.d` directories of upper-case letters."""
     directory = tmp_path / "store"
     source = TelarSaver(FileStore(tmp_path / "source"))

@@ -178,7 +178,7 @@ class FileStore(DeferredAppends, Store):
         return store_error(exc, doing=doing, key=key, path=path, root=self._root)
 
     def path(self, key: str) -> Path:
-        """The file that holds `key` (a file written by a release before 0.2 may still be at
+        """The file that holds `key` (a file written by release 0.1.0 may still be at
         its legacy name until its next write; see `file_names`)."""
         return self.directory / encode_name(key)
 
@@ -229,26 +229,26 @@ class FileStore(DeferredAppends, Store):
         finally:
             os.close(fd)
 
-    def _lstat(self, relative: str) -> os.stat_result | None:
+    def _lstat(self, relative: str, key: str | None = None) -> os.stat_result | None:
         """The ``lstat`` of `relative` (a link's own), None when nothing is there."""
         try:
             return os.lstat(f"{self._root}/{relative}")
         except FileNotFoundError:
             return None
         except NotADirectoryError:  # a directory on the way is not one: say which
-            os.close(open_directory(self._root, relative.split("/")[:-1]))
+            os.close(open_directory(self._root, relative.split("/")[:-1], key))
             raise
 
     def _locate(self, key: str) -> tuple[str, os.stat_result] | None:
         """Where `key` is stored, and the ``lstat`` there: its name, or else its legacy name
         when a regular file is there; None when there is no history."""
         relative = encode_name(key)
-        st = self._lstat(relative)
+        st = self._lstat(relative, key)
         if st is not None:
             return relative, st
         legacy = legacy_name(key)
         if legacy is not None:
-            st = self._lstat(legacy)
+            st = self._lstat(legacy, key)
             if st is not None and stat.S_ISREG(st.st_mode):
                 return legacy, st
         return None
@@ -346,7 +346,7 @@ class FileStore(DeferredAppends, Store):
         moved to its name (the caller then changes that one)."""
         with self._creating():
             relative = encode_name(key)
-            if self._lstat(relative) is not None:  # (anything there: a link or FIFO too, which `lock` reports)
+            if self._lstat(relative, key) is not None:  # (anything there: a link or FIFO too, which `lock` reports)
                 return None
             legacy = self._locate(key)
             if legacy is not None:
@@ -402,7 +402,7 @@ class FileStore(DeferredAppends, Store):
                 if st is not None:
                     self._remove(key, handle)
                 legacy = legacy_name(key)
-                legacy_st = None if legacy is None else self._lstat(legacy)
+                legacy_st = None if legacy is None else self._lstat(legacy, key)
                 if legacy_st is not None and stat.S_ISREG(legacy_st.st_mode):
                     with self._creating():
                         self._unlink(legacy, key)

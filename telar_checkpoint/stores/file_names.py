@@ -9,8 +9,11 @@ digits of an escape). A name longer than a path component allows is cut into nes
 ``.d`` directories; a very long one is named by its hash in ``~long``, with the id in a
 ``.key`` file beside it.
 
-Releases before 0.2 kept upper-case letters as they were (`legacy_name`): a store
+Release 0.1.0 kept upper-case letters as they were (`legacy_name`): a store
 still reads a file under that name, and renames it to its new name on its first write.
+(On a file system that ignores case, that release kept ``Chat`` and ``chat`` in one
+file; which thread it was cannot be told afterwards, and it is read as the thread its
+name spells.)
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def encode_name(key: str) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def legacy_name(key: str) -> str | None:
-    """The path releases before 0.2 gave `key` (upper-case letters kept as they were); None
+    """The path release 0.1.0 gave `key` (upper-case letters kept as they were); None
     when it is `encode_name`'s."""
     raw = key.encode("utf-8", "surrogatepass")
     if not any(0x41 <= b <= 0x5A for b in raw):
