@@ -11,6 +11,7 @@ import fcntl
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 
 from telar_checkpoint import FileStore, TelarError, TelarSaver
@@ -105,6 +108,21 @@ def test_a_fifo_at_a_history_path_hangs_nobody_and_is_reported_as_foreign(store:
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         except OSError:
             pass
+
+
+def test_the_cli_lists_and_verifies_a_store_with_a_fifo_in_it(store: FileStore) -> None:
+    put(TelarSaver(store), "ok", 1)
+    os.mkfifo(store.path("t"))
+    for command in ("threads", "verify"):
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "telar_checkpoint", command, str(store.directory)],
+                capture_output=True, text=True, timeout=60,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"telar-checkpoint {command} hung on a FIFO")
+        assert done.returncode == 0, done.stderr
+        assert "t.jsonl" in done.stdout and "ok" in done.stdout
 
 
 def test_a_directory_at_a_history_path_is_reported_as_foreign(store: FileStore) -> None:
@@ -243,6 +261,15 @@ def test_ids_that_differ_only_in_case_get_names_that_differ_without_case(store: 
     for key in CASES:
         assert store.read(key) == f"{key}\n"
     assert sorted(store.keys()) == sorted(CASES) and store.foreign() == []
+
+
+@given(st.text(alphabet=st.sampled_from("aAbBzZ%é É-_/.0"), max_size=40), st.randoms(use_true_random=False))
+def test_names_round_trip_and_stay_apart_for_any_change_of_case(key: str, rng: Any) -> None:
+    from telar_checkpoint.stores.file import decode_name, encode_name
+
+    other = "".join(c.swapcase() if rng.random() < 0.5 else c for c in key)
+    assert decode_name(encode_name(key)) == key
+    assert (encode_name(key).lower() == encode_name(other).lower()) == (key == other)
 
 
 def test_a_store_written_with_the_legacy_names_is_still_read_and_moved_on_write(tmp_path: Path) -> None:

@@ -570,7 +570,10 @@ class FileStore(DeferredAppends, Store):
                     except BlockingIOError:  # a live writer's
                         continue
                     if remove:
-                        os.unlink(name, dir_fd=tmp_dir)
+                        try:
+                            os.unlink(name, dir_fd=tmp_dir)
+                        except FileNotFoundError:  # another thread of this process was first
+                            continue
                     stale.append(f"{_TMP}/{name}")
                 finally:
                     os.close(fd)
