@@ -324,6 +324,18 @@ def test_a_file_given_as_the_store_directory_is_refused_at_once(tmp_path: Path) 
     assert a_file.read_text() == "print('mine')\n"
 
 
+def test_a_store_opened_only_to_read_creates_nothing(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"missing does not exist: there is no file store there"):
+        FileStore(tmp_path / "missing", create=False)
+    assert not (tmp_path / "missing").exists()
+    legacy = tmp_path / "store"
+    legacy.mkdir()
+    (legacy / "Chat.jsonl").write_text("a\n")
+    store = FileStore(legacy, create=False)
+    assert list(store.keys()) == ["Chat"] and store.read("Chat") == "a\n" and store.stale_temp_files() == []
+    assert sorted(p.name for p in legacy.iterdir()) == ["Chat.jsonl"]  # reading moved nothing, made no .tmp
+
+
 def test_a_file_where_a_long_ids_directory_goes_is_reported(store: FileStore) -> None:
     long_id = "z" * 450
     first = store.directory / name_of(store, long_id).split("/")[0]

@@ -99,13 +99,17 @@ class FileStore(DeferredAppends, Store):
 
     kind = "file"
 
-    def __init__(self, directory: str | os.PathLike[str], *, mode: int = 0o600, fsync: bool = True) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], *, mode: int = 0o600, fsync: bool = True, create: bool = True
+    ) -> None:
+        """`create`: make the directory when missing (False, for a command that only reads:
+        a missing directory is then a `UsageError`, and nothing is created)."""
         self.directory = Path(directory)
         self._root = os.fspath(self.directory)
         self.mode = mode
         self.dir_mode = mode | ((mode & 0o444) >> 2)  # x wherever r: 0600 -> 0700
         self.fsync = fsync
-        self._make_root()
+        self._make_root(create)
         self._texts: OrderedDict[str, tuple[Signature, str]] = OrderedDict()  # the last texts, by thread
         self._handles: OrderedDict[str, Handle] = OrderedDict()  # by thread, most recent last
         self._guard = threading.Lock()
@@ -126,10 +130,10 @@ class FileStore(DeferredAppends, Store):
         self._handles = OrderedDict()
         self._guard = threading.Lock()
 
-    def _make_root(self) -> None:
-        """Create the store's directory and any missing parents, each with the store's mode
-        (mkdir's `parents=True` would give the parents the umask's), made durable; a path
-        that is not a directory is refused."""
+    def _make_root(self, create: bool) -> None:
+        """Create the store's directory and any missing parents (when `create`), each with the
+        store's mode (mkdir's `parents=True` would give the parents the umask's), made durable;
+        a path that is not a directory is refused."""
         path, missing = os.path.abspath(self._root), []
         refused = UsageError(
             f"{self._root} is not a directory (or is under a file): a FileStore keeps its threads as files "
@@ -145,6 +149,8 @@ class FileStore(DeferredAppends, Store):
                     path = os.path.dirname(path)
             if not stat.S_ISDIR(found.st_mode):
                 raise refused
+            if missing and not create:
+                raise UsageError(f"{self._root} does not exist: there is no file store there (check the path)")
             for directory in reversed(missing):
                 try:
                     os.mkdir(directory, self.dir_mode)
