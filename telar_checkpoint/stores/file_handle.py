@@ -2,7 +2,7 @@
 
 The descriptor stays open for appends and for ``flock``, which serializes the
 thread's writers in every process; a writer keeps the ``flock`` between its
-writes as a lease (`leases`). See `_Handle`.
+writes as a lease (`leases`). See `Handle`.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from telar_checkpoint.stores.leases import CONTENDED, LEASES
 
 DSYNC = {"flag": getattr(os, "RWF_DSYNC", 0) if hasattr(os, "pwritev") else 0}  # Linux 4.7+: a write that syncs itself
 
-
 Signature = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
 
 
 def signature_of(st: os.stat_result) -> Signature:
+    """What tells one version of a file from another (a rewrite is a new inode)."""
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
