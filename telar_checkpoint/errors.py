@@ -24,6 +24,11 @@ class StoreError(TelarError):
     """
 
 
+class StoreFullError(StoreError):
+    """The disk or quota that holds a store is full: the write was refused whole, and what
+    was stored before is as it was. A rewrite needs room for a temporary copy of the thread."""
+
+
 class SerializationError(TelarError):
     """A value could not be written as JSON, or a stored value names a type we do not load."""
 
@@ -76,6 +81,7 @@ __all__ = [
     "ForeignDataError",
     "SerializationError",
     "StoreError",
+    "StoreFullError",
     "StoredDataError",
     "TelarError",
     "UnknownFormatError",
