@@ -9,7 +9,7 @@ left behind, and `max_history` keeps the last N. See docs/FORMAT.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,22 @@ class CheckpointRecord:
         return self.checkpoint["id"]
 
 
+@dataclass(slots=True, frozen=True)
+class PreparedRecord:
+    """A record with what it holds encoded at once (`CheckpointCodec.prepare`).
+
+    A saver takes turns with the other writers of a thread before it stores a put, and
+    LangGraph goes on changing the objects of its state meanwhile (with async durability the
+    next node runs while the put waits). Encoding when the put is given stores the value as
+    it was given, as LangGraph's own savers do."""
+
+    record: CheckpointRecord
+    metadata: dict[str, Any]  # plain JSON
+    extra: dict[str, Any]  # other checkpoint fields, encoded
+    values: dict[str, Any]  # channel -> encoded value, for the channels encoded at once
+    writes: list[tuple[str, int, str, Any, str]]  # (task, idx, channel, encoded value, path)
+
+
 class CheckpointCodec:
     """Encodes checkpoint records as JSON lines, state values through `serde` (default: `JsonSerializer`)."""
 
@@ -73,24 +89,35 @@ class CheckpointCodec:
 
     # --- records <-> lines ----------------------------------------------------
 
-    def _line(self, record: CheckpointRecord, history: History | None = None) -> CheckpointLine:
+    def prepare(self, record: CheckpointRecord, changed: Collection[str] | None = None) -> PreparedRecord:
+        """`record` with its metadata, writes, other fields and the values of the `changed`
+        channels (all when None) encoded now; the other channels hold their parent's value
+        (LangGraph passes the channels it changed as `new_versions`)."""
+        cp = record.checkpoint
+        channel_values = cp.get("channel_values", {})
+        wanted = channel_values.keys() if changed is None else [ch for ch in changed if ch in channel_values]
+        return PreparedRecord(
+            record,
+            plain_metadata(dict(record.metadata)),
+            {k: self.values.encode(v) for k, v in cp.items() if k not in PLAIN_CHECKPOINT_KEYS and k not in ("id", "channel_values")},
+            {ch: self.values.encode(channel_values[ch]) for ch in wanted},
+            self._writes_of(record),
+        )
+
+    def _line(self, prepared: PreparedRecord, history: History | None = None) -> CheckpointLine:
         """The record's line; list channels that only grew since the parent stored as what they added."""
+        record = prepared.record
         cp = record.checkpoint
         parent = history.get(record.checkpoint_ns, record.parent_id) if history and record.parent_id else None
         plain = {k: cp[k] for k in PLAIN_CHECKPOINT_KEYS if k in cp}
-        values, appended = self._values(cp.get("channel_values", {}), plain.get("channel_versions") or {}, parent)
-        extra = {
-            k: self.values.encode(v)
-            for k, v in cp.items()
-            if k not in PLAIN_CHECKPOINT_KEYS and k not in ("id", "channel_values")
-        }
+        values, appended = self._values(cp.get("channel_values", {}), prepared.values, plain.get("channel_versions") or {}, parent)
         line = CheckpointLine(
             ns=record.checkpoint_ns,
             id=cp["id"],
             parent=record.parent_id,
-            metadata=plain_metadata(dict(record.metadata)),
+            metadata=prepared.metadata,
             checkpoint=plain,
-            extra=extra,
+            extra=prepared.extra,
             values=values,
             appended=appended,
         )
@@ -98,11 +125,12 @@ class CheckpointCodec:
         return line
 
     def _values(
-        self, channel_values: dict[str, Any], versions: dict[str, Any], parent: Entry | None
+        self, channel_values: dict[str, Any], encoded: dict[str, Any], versions: dict[str, Any], parent: Entry | None
     ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
         """Encoded values, and the list channels that only grew since `parent` (as the items added).
 
-        A channel whose version is the parent's holds the parent's value: LangGraph gives a
+        `encoded` holds the channels encoded when the put was given (`prepare`). Another
+        channel whose version is the parent's holds the parent's value: LangGraph gives a
         channel a new version whenever it updates it, and its own savers store a value once
         per version. So it is not encoded again: a list is stored as nothing added, another
         value as the parent's encoding. Every other value is encoded whole, and a list is then
@@ -112,6 +140,9 @@ class CheckpointCodec:
         unchanged: dict[str, list[Any]] = {}
         parent_versions = (parent.line.checkpoint.get("channel_versions") or {}) if parent is not None else {}
         for channel, value in channel_values.items():
+            if channel in encoded:
+                values[channel] = encoded[channel]
+                continue
             version = versions.get(channel)
             if version is not None and version == parent_versions.get(channel) and parent.has(channel):  # type: ignore[union-attr]
                 stored = parent.line.values.get(channel)  # type: ignore[union-attr]
@@ -178,13 +209,17 @@ class CheckpointCodec:
         """Every checkpoint, oldest first, with its pending writes folded in."""
         return [self.record(e) for e in History.parse(thread_id, data).entries.values()]
 
-    def put_lines(self, history: History, record: CheckpointRecord, max_history: int | None = None) -> list[str] | None:
+    def put_lines(
+        self, history: History, record: CheckpointRecord | PreparedRecord, max_history: int | None = None
+    ) -> list[str] | None:
         """Put `record` into `history` (an editable clone); the lines to append to its string,
         or None when the string must be rewritten whole (`history.render()`)."""
         check_max_history(max_history)
-        line = self._line(record, history)
+        prepared = record if isinstance(record, PreparedRecord) else self.prepare(record)
+        record = prepared.record
+        line = self._line(prepared, history)
         keep = self.keep_finished_subgraphs
-        rewrite = history.put(line, self._writes_of(record), keep_finished_calls=keep)
+        rewrite = history.put(line, prepared.writes, keep_finished_calls=keep)
         entry = history.get(line.ns, line.id)
         if rewrite or history.torn is not None:
             if max_history is not None:
@@ -207,14 +242,18 @@ class CheckpointCodec:
                 history.line_count += len(floors)
         return added
 
+    def encode_writes(self, writes: Sequence[tuple[int, str, Any]]) -> list[tuple[int, str, Any]]:
+        """Pending writes `(idx, channel, value)` with their values encoded (see `PreparedRecord`)."""
+        return [(idx, ch, self.values.encode(v)) for idx, ch, v in writes]
+
     def writes_lines(
         self, history: History, checkpoint_ns: str, checkpoint_id: str, task_id: str,
-        writes: Sequence[tuple[int, str, Any]], task_path: str = "",
+        encoded: Sequence[tuple[int, str, Any]], task_path: str = "",
     ) -> list[str] | None:
-        """Add pending writes `(idx, channel, value)` of one task to `history` (an editable clone);
-        the lines to append ([] when nothing changed), or None when it must be rewritten whole."""
-        encoded = [(idx, ch, self.values.encode(v)) for idx, ch, v in writes]
-        line = history.add_writes(checkpoint_ns, checkpoint_id, task_id, task_path, encoded)
+        """Add pending writes `(idx, channel, encoded value)` of one task (`encode_writes`) to
+        `history` (an editable clone); the lines to append ([] when nothing changed), or None
+        when it must be rewritten whole."""
+        line = history.add_writes(checkpoint_ns, checkpoint_id, task_id, task_path, list(encoded))
         if history.torn is not None:
             return None
         if line is None:
@@ -223,7 +262,12 @@ class CheckpointCodec:
         return [write_writes(line)]
 
     def append(
-        self, stored: str | None, record: CheckpointRecord, max_history: int | None = None, *, thread_id: str | None = None
+        self,
+        stored: str | None,
+        record: CheckpointRecord | PreparedRecord,
+        max_history: int | None = None,
+        *,
+        thread_id: str | None = None,
     ) -> str:
         """`stored` with `record` added: replacing what it supersedes, then keeping the last `max_history`.
 
@@ -248,8 +292,24 @@ class CheckpointCodec:
         Regular writes (idx >= 0) already stored are kept as they are; special ones
         (negative idx: errors, interrupts, resumes) overwrite. Appends one line.
         """
+        return self.add_encoded_writes(
+            stored, checkpoint_ns, checkpoint_id, task_id, self.encode_writes(writes), task_path, thread_id=thread_id
+        )
+
+    def add_encoded_writes(
+        self,
+        stored: str | None,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        task_id: str,
+        encoded: Sequence[tuple[int, str, Any]],
+        task_path: str = "",
+        *,
+        thread_id: str | None = None,
+    ) -> str:
+        """`add_writes` for writes already encoded (`encode_writes`)."""
         history = self.cache.editable(thread_id, stored)
-        lines = self.writes_lines(history, checkpoint_ns, checkpoint_id, task_id, writes, task_path)
+        lines = self.writes_lines(history, checkpoint_ns, checkpoint_id, task_id, encoded, task_path)
         return self._result(thread_id, history, stored, lines)
 
     def trim(self, stored: str | None, max_history: int) -> str:

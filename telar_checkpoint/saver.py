@@ -328,16 +328,20 @@ class TelarSaver(BaseCheckpointSaver[Version]):
             if appended:
                 await self.store.aflush(thread_id)
 
-    def _put_change(self, thread_id: str, record: CheckpointRecord) -> tuple[Any, Any]:
+    def _put_change(self, thread_id: str, record: CheckpointRecord, new_versions: ChannelVersions) -> tuple[Any, Any]:
+        """The put as lines for a kept history and as a change of the stored string, its values
+        encoded now, before it waits its turn (see `PreparedRecord`)."""
+        prepared = self.codec.prepare(record, new_versions)
         return (
-            lambda history: self.codec.put_lines(history, record, self.max_history),
-            lambda old: self.codec.append(old, record, self.max_history, thread_id=thread_id),
+            lambda history: self.codec.put_lines(history, prepared, self.max_history),
+            lambda old: self.codec.append(old, prepared, self.max_history, thread_id=thread_id),
         )
 
     def _writes_change(self, thread_id: str, ns: str, cid: str, task_id: str, items: list, task_path: str) -> tuple[Any, Any]:
+        encoded = self.codec.encode_writes(items)  # now, before it waits its turn
         return (
-            lambda history: self.codec.writes_lines(history, ns, cid, task_id, items, task_path),
-            lambda old: self.codec.add_writes(old, ns, cid, task_id, items, task_path, thread_id=thread_id),
+            lambda history: self.codec.writes_lines(history, ns, cid, task_id, encoded, task_path),
+            lambda old: self.codec.add_encoded_writes(old, ns, cid, task_id, encoded, task_path, thread_id=thread_id),
         )
 
     def _get(self, config: RunnableConfig, history: History) -> CheckpointTuple | None:
@@ -435,7 +439,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
-        self._write(thread_id, *self._put_change(thread_id, record))
+        self._write(thread_id, *self._put_change(thread_id, record, new_versions))
         return _config(thread_id, record.checkpoint_ns, record.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
@@ -496,7 +500,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
-        await self._awrite(thread_id, *self._put_change(thread_id, record))
+        await self._awrite(thread_id, *self._put_change(thread_id, record, new_versions))
         return _config(thread_id, record.checkpoint_ns, record.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
