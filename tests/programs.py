@@ -357,29 +357,33 @@ def map_reduce(checkpointer: Any, context: dict) -> Any:
     return builder.compile(checkpointer=checkpointer)
 
 
-class Draft(TypedDict, total=False):
+class Review(TypedDict, total=False):
     topic: str
     draft: Summary
     verdict: str
+
+
+class Publication(Review, total=False):
     log: Annotated[list[str], operator.add]
 
 
 def subgraph(checkpointer: Any, context: dict) -> Any:
-    def write(state: Draft) -> dict:
-        return {"draft": Summary(document=f"about {state['topic']}", words=2), "log": ["drafted"]}
+    """A parent graph whose `writer` node is a subgraph that drafts, then asks a human to review."""
 
-    def review(state: Draft) -> dict:
-        verdict = interrupt({"question": "publish?", "draft": state["draft"]})
-        return {"verdict": verdict, "log": [f"reviewed: {verdict}"]}
+    def write(state: Review) -> dict:
+        return {"draft": Summary(document=f"about {state['topic']}", words=2)}
 
-    inner = StateGraph(Draft)
+    def review(state: Review) -> dict:
+        return {"verdict": interrupt({"question": "publish?", "draft": state["draft"]})}
+
+    inner = StateGraph(Review)
     inner.add_node(write)
     inner.add_node(review)
     inner.add_edge(START, "write")
     inner.add_edge("write", "review")
 
-    outer = StateGraph(Draft)
-    outer.add_node("start", lambda state: {"log": ["started"]})
+    outer = StateGraph(Publication)
+    outer.add_node("start", lambda state: {"log": [f"started on {state['topic']}"]})
     outer.add_node("writer", inner.compile())
     outer.add_node("publish", lambda state: {"log": [f"published {state['draft'].document} ({state['verdict']})"]})
     outer.add_edge(START, "start")
