@@ -134,7 +134,7 @@ def first_difference(got: Any, ref: Any, where: str = "") -> str | None:
     if type(got) is not type(ref):
         return f"at {where or 'top'}: got {_short(got)}, InMemorySaver gave {_short(ref)}"
     if isinstance(ref, dict):
-        for key in ref.keys() | got.keys():
+        for key in [*ref, *(key for key in got if key not in ref)]:
             if key not in got or key not in ref:
                 return f"at {where}.{key}: got {_short(got.get(key, '<missing>'))}, InMemorySaver gave {_short(ref.get(key, '<missing>'))}"
             if (found := first_difference(got[key], ref[key], f"{where}.{key}")) is not None:
@@ -175,17 +175,18 @@ class Calls:
         return [snapshot async for snapshot in graph.aget_state_history(config)]
 
 
-async def run_step(graph: Any, step: Step, context: dict, config: dict, calls: Calls) -> dict:
+async def run_step(graph: Any, step: Step, context: dict, config: dict, calls: Calls, durability: str) -> dict:
     """One call on the thread, and what the thread looks like after it."""
     value = step.make_input(context)
     chunks: list = []
     raised = None
+    options = {"stream_mode": STREAM_MODES, "subgraphs": True, "durability": durability}
     try:
         if calls.mode == "sync":
-            for chunk in graph.stream(value, config, stream_mode=STREAM_MODES, subgraphs=True):
+            for chunk in graph.stream(value, config, **options):
                 chunks.append(plain(chunk))
         else:
-            async for chunk in graph.astream(value, config, stream_mode=STREAM_MODES, subgraphs=True):
+            async for chunk in graph.astream(value, config, **options):
                 chunks.append(plain(chunk))
     except (step.raises,) if step.raises else () as error:
         raised = plain(error)
@@ -241,7 +242,7 @@ async def record_run(
         if index == program.resume_at and index != start:
             context = {}
             graph = program.build(new_saver(), context)
-        steps.append(await run_step(graph, program.steps[index], context, config, calls))
+        steps.append(await run_step(graph, program.steps[index], context, config, calls, program.durability))
     return {"steps": steps, "final": await final_reads(program.build(new_saver(), {}), config, calls)}
 
 

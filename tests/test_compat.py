@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.stores import Store
@@ -68,7 +69,9 @@ async def reference(name: str, mode: str, strict: bool) -> dict:
     """The program's record on InMemorySaver (raw; computed once per program, mode and strictness)."""
     key = (name, mode, strict)
     if key not in _references:
-        saver = InMemorySaver()
+        # A serializer made now, as LANGGRAPH_STRICT_MSGPACK is read when one is made: the default
+        # one of InMemorySaver was made at import.
+        saver = InMemorySaver(serde=JsonPlusSerializer())
         _references[key] = await record_run(PROGRAMS[name], lambda: saver, name, mode)
     return _references[key]
 
