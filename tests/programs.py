@@ -9,7 +9,6 @@ new process that rebuilds it behaves as the first one would).
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import operator
 from collections.abc import Callable, Sequence
@@ -48,9 +47,12 @@ class ScriptedChatModel(BaseChatModel):
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
         described = [convert_to_openai_tool(t)["function"] for t in tools]
-        return self.model_copy(update={"tools": [(d["name"], next(iter(d["parameters"]["properties"]))) for d in described]})
+        first_arguments = [(d["name"], next(iter(d["parameters"]["properties"]))) for d in described]
+        return self.model_copy(update={"tools": first_arguments})
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         last = messages[-1]
         usage = {"input_tokens": 10 * len(messages), "output_tokens": 5, "total_tokens": 10 * len(messages) + 5}
         if isinstance(last, HumanMessage) and self.tools:
@@ -124,7 +126,8 @@ def langchain_agent(checkpointer: Any, context: dict) -> Any:
     from langchain.agents.middleware import HumanInTheLoopMiddleware
 
     approval = HumanInTheLoopMiddleware(interrupt_on={"send_email": False, "send_letter": True})
-    return create_agent(ScriptedChatModel(), [get_weather, send_letter], middleware=[approval], checkpointer=checkpointer)
+    tools = [get_weather, send_letter]
+    return create_agent(ScriptedChatModel(), tools, middleware=[approval], checkpointer=checkpointer)
 
 
 @tool
@@ -301,7 +304,8 @@ def retried_by_policy(checkpointer: Any, context: dict) -> Any:
         return {"log": [f"worked on {state['request']}"]}
 
     builder = StateGraph(Work)
-    builder.add_node(work, retry_policy=RetryPolicy(max_attempts=2, initial_interval=0.01, jitter=False, retry_on=ValueError))
+    retry = RetryPolicy(max_attempts=2, initial_interval=0.01, jitter=False, retry_on=ValueError)
+    builder.add_node(work, retry_policy=retry)
     builder.add_edge(START, "work")
     builder.add_edge("work", END)
     return builder.compile(checkpointer=checkpointer)
@@ -397,7 +401,9 @@ def subgraph(checkpointer: Any, context: dict) -> Any:
 
 
 PROGRAMS: dict[str, Program] = {
-    "react_agent": Program(react_agent, [question("what is the weather in Paris?"), question("and the weather in Rome?")]),
+    "react_agent": Program(
+        react_agent, [question("what is the weather in Paris?"), question("and the weather in Rome?")]
+    ),
     "react_agent_interrupt_in_tool": Program(
         react_agent, [question("please email bob"), resume("approved"), question("email alice"), resume("rejected")]
     ),
@@ -428,11 +434,15 @@ PROGRAMS: dict[str, Program] = {
             Step(lambda context: {"request": "second report"}),
         ],
     ),
-    "retry_policy": Program(retried_by_policy, [Step(lambda context: {"request": "a", "log": []}), Step(lambda context: {"request": "b"})]),
+    "retry_policy": Program(
+        retried_by_policy, [Step(lambda context: {"request": "a", "log": []}), Step(lambda context: {"request": "b"})]
+    ),
     # durability "sync": with "async", LangGraph saves a step's checkpoint in a background thread while
     # the next node already edits the same objects, so what even InMemorySaver stores depends on timing.
     "edit_in_place": Program(
-        edit_in_place, [Step(lambda context: {"log": [{"text": "first"}]}), Step(lambda context: {"log": []})], durability="sync"
+        edit_in_place,
+        [Step(lambda context: {"log": [{"text": "first"}]}), Step(lambda context: {"log": []})],
+        durability="sync",
     ),
     "map_reduce": Program(
         map_reduce,
@@ -440,6 +450,11 @@ PROGRAMS: dict[str, Program] = {
     ),
     "subgraph_interrupt": Program(
         subgraph,
-        [Step(lambda context: {"topic": "cats", "log": []}), resume("yes"), Step(lambda context: {"topic": "dogs"}), resume("no")],
+        [
+            Step(lambda context: {"topic": "cats", "log": []}),
+            resume("yes"),
+            Step(lambda context: {"topic": "dogs"}),
+            resume("no"),
+        ],
     ),
 }

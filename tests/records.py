@@ -75,9 +75,11 @@ def plain(value: Any) -> Any:
         fields = {name: plain(getattr(value, name)) for name in type(value).model_fields}
         return {"$class": _class_name(value), "fields": {**fields, **plain(value.model_extra or {})}}
     if isinstance(value, pydantic.v1.BaseModel):
-        return {"$class": _class_name(value), "fields": {name: plain(getattr(value, name)) for name in value.__fields__}}
+        fields = {name: plain(getattr(value, name)) for name in value.__fields__}
+        return {"$class": _class_name(value), "fields": fields}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {"$class": _class_name(value), "fields": {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+        fields = {field.name: plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+        return {"$class": _class_name(value), "fields": fields}
     if isinstance(value, BaseException):
         return {"$class": _class_name(value), "args": plain(value.args)}
     if isinstance(value, bytes):
@@ -109,7 +111,7 @@ def _builtin(value: Any) -> Any:
 
 def normalize_ids(record: Any) -> Any:
     """`record` with each id replaced by ``<id N>``, N counting distinct ids in order of appearance,
-    so two runs compare equal when their ids refer to the same things. Dict items are visited in
+    so two runs compare equal when their ids refer to the same things. Dict items are numbered in
     the order of their keys with ids masked, so a saver's key order does not change the numbering."""
     numbers: dict[str, str] = {}
 
@@ -122,8 +124,9 @@ def normalize_ids(record: Any) -> Any:
         if isinstance(value, list):
             return [walk(item) for item in value]
         if isinstance(value, dict):
-            ordered = sorted(value.items(), key=lambda item: _ID.sub("#", item[0]))
-            return {walk(key): walk(item) for key, item in ordered}
+            in_key_order = sorted(value.items(), key=lambda item: _ID.sub("#", item[0]))
+            walked = {key: (walk(key), walk(item)) for key, item in in_key_order}
+            return dict(walked[key] for key in value)  # numbered in key order, kept in the saver's order
         return value
 
     return walk(record)
@@ -136,7 +139,8 @@ def first_difference(got: Any, ref: Any, where: str = "") -> str | None:
     if isinstance(ref, dict):
         for key in [*ref, *(key for key in got if key not in ref)]:
             if key not in got or key not in ref:
-                return f"at {where}.{key}: got {_short(got.get(key, '<missing>'))}, InMemorySaver gave {_short(ref.get(key, '<missing>'))}"
+                got_item, ref_item = got.get(key, "<missing>"), ref.get(key, "<missing>")
+                return f"at {where}.{key}: got {_short(got_item)}, InMemorySaver gave {_short(ref_item)}"
             if (found := first_difference(got[key], ref[key], f"{where}.{key}")) is not None:
                 return found
         return None
@@ -145,9 +149,15 @@ def first_difference(got: Any, ref: Any, where: str = "") -> str | None:
             if (found := first_difference(got_item, ref_item, f"{where}[{index}]")) is not None:
                 return found
         if len(got) != len(ref):
-            return f"at {where}: got {len(got)} items, InMemorySaver gave {len(ref)}: {_short(got[len(ref):] or ref[len(got):])} differ"
+            extra = got[len(ref) :] or ref[len(got) :]
+            return f"at {where}: got {len(got)} items, InMemorySaver gave {len(ref)}: {_short(extra)} differ"
         return None
-    return None if got == ref else f"at {where or 'top'}: got {_short(got)}, InMemorySaver gave {_short(ref)}"
+    if got == ref:
+        return None
+    found = f"at {where or 'top'}: got {_short(got)}, InMemorySaver gave {_short(ref)}"
+    if "<id " in str(ref):
+        found += " (ids are numbered in order of appearance: the ids that differ may come later)"
+    return found
 
 
 def _short(value: Any) -> str:
@@ -191,9 +201,8 @@ async def run_step(graph: Any, step: Step, context: dict, config: dict, calls: C
     except (step.raises,) if step.raises else () as error:
         raised = plain(error)
     nested = await calls.state(graph, config, subgraphs=True)
-    subgraph_histories = [
-        plain(await calls.history(graph, task.state.config)) for task in nested.tasks if isinstance(task.state, StateSnapshot)
-    ]
+    subgraph_states = [task.state for task in nested.tasks if isinstance(task.state, StateSnapshot)]
+    subgraph_histories = [plain(await calls.history(graph, state.config)) for state in subgraph_states]
     return {
         "chunks": _updates_in_a_fixed_order(chunks),
         "raised": raised,
@@ -271,7 +280,8 @@ def main() -> None:
         for name in names:
             program = PROGRAMS[name]
             try:
-                record = asyncio.run(record_run(program, lambda: TelarSaver(store), name, "sync", start=program.resume_at))
+                run = record_run(program, lambda: TelarSaver(store), name, "sync", start=program.resume_at)
+                record = asyncio.run(run)
                 results[name] = normalize_ids(record)
             except Exception:
                 results[name] = {"error": traceback.format_exc()}
