@@ -414,6 +414,7 @@ PROGRAMS: dict[str, Program] = {
             question("send a letter to carol"),
             resume({"decisions": [{"type": "approve"}]}),
         ],
+        resume_at=2,  # the new process gives the human's decision
     ),
     "functional_api": Program(
         shop,
