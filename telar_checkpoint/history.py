@@ -193,6 +193,8 @@ class History:
                     made_whole[id(entry.line)] = entry = self.entries[(ns, cid)] = entry.whole()
             out.append(entry.line.text or write_checkpoint(entry.line))
             out.extend(self._writes_lines(ns, cid, entry.writes))
+        for key in self.crash_residue():
+            del self.orphans[key]
         for (ns, cid), writes in self.orphans.items():
             out.extend(self._writes_lines(ns, cid, writes))
         self.line_count = len(out)
@@ -200,6 +202,18 @@ class History:
         self.holds_trimmed = False
         self.floors_appended = 0
         return "".join(line + "\n" for line in out)
+
+    def crash_residue(self) -> list[Key]:
+        """Pending writes of checkpoints that were never stored and never will be: their id is
+        older than their namespace's latest checkpoint. A process killed between a step's writes
+        and its checkpoint leaves them (LangGraph's async durability); writes that come before
+        their own put are for a checkpoint newer than the latest. A rewrite drops them."""
+        residue = []
+        for ns, cid in self.orphans:
+            head = self.latest(ns)
+            if head is not None and cid < head.line.id:
+                residue.append((ns, cid))
+        return residue
 
     @staticmethod
     def _writes_lines(ns: str, cid: str, writes: dict[WriteKey, Write]) -> Iterator[str]:

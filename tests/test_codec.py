@@ -503,3 +503,16 @@ def test_delta_channel_history_ends_on_a_cycle_edited_in_by_hand() -> None:
     saver.store.write("t", text.replace('"id":"00000001","parent":null', '"id":"00000001","parent":"00000003"'))
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "00000003"}}
     assert saver.get_delta_channel_history(config=config, channels=["msgs"]) == {"msgs": {"writes": []}}
+
+
+def test_a_rewrite_drops_the_writes_a_crash_left_for_a_checkpoint_never_stored() -> None:
+    """Writes of a checkpoint that was never put (the process died) are older than the latest
+    checkpoint once the thread resumed; writes that come before their own put are newer."""
+    text = build(record(1, None, 0), record(2, 1, 1))
+    text = codec.add_writes(text, "", "00000003", "lost", [(0, "count", 9)])  # killed before put 3
+    text = codec.add_writes(text, "", "00000005", "early", [(0, "count", 5)])  # put 5 not there yet
+    text = codec.append(text, record(4, 2, 2))  # resumed from 2
+    assert codec.parse("t", text).crash_residue() == [("", "00000003")]
+    rewritten = codec.append(text, record(2, 1, 1))  # an update in place rewrites the history
+    assert '"task":"lost"' not in rewritten and '"task":"early"' in rewritten
+    assert [w.task_id for w in codec.decode_history("t", codec.append(rewritten, record(5, 4, 3)))[-1].writes] == ["early"]
