@@ -22,7 +22,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from telar_checkpoint.errors import StoredDataError, UnknownFormatError
 from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, read_line
 from telar_checkpoint.history import History
-from telar_checkpoint.inspect import Progress
+from telar_checkpoint.inspection import Progress
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.values import ValueCodec
 
@@ -208,7 +208,7 @@ def verify_store(
 
     A thread id given that the store does not hold raises `ThreadNotFoundError`.
     """
-    from telar_checkpoint.inspect import read_thread
+    from telar_checkpoint.inspection import read_thread
 
     report = VerifyReport(foreign=list(store.foreign()) if thread_ids is None else [])
     chosen = sorted(store.keys()) if thread_ids is None else list(thread_ids)

@@ -111,7 +111,7 @@ def test_threads_and_verify_on_each_local_store_url(capsys, tmp_path, kind) -> N
 
 
 def test_list_threads_on_every_store(store) -> None:
-    from telar_checkpoint.inspect import list_threads
+    from telar_checkpoint.inspection import list_threads
 
     fill(store)
     seen = []

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from telar_checkpoint import FileStore, MemoryStore, TelarSaver
-from telar_checkpoint.inspect import ThreadNotFoundError
+from telar_checkpoint.inspection import ThreadNotFoundError
 from telar_checkpoint.verify import CODES, verify_store, verify_thread
 from tests.graphs import multi_step, nested_subgraphs, resume, with_interrupt
 

@@ -1,6 +1,6 @@
 """`telar-checkpoint`: look at, check and tidy stored threads from the command line.
 
-A thin layer over the library (`telar_checkpoint.inspect`, `telar_checkpoint.verify`,
+A thin layer over the library (`telar_checkpoint.inspection`, `telar_checkpoint.verify`,
 the codec and the stores): it parses arguments, prints tables (or JSON with
 ``--json``) and turns our errors into one-line messages and exit codes:
 

@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlsplit
 
 from telar_checkpoint.cli._output import ProgressBar, compact, plural, table, to_json, when
 from telar_checkpoint.errors import UsageError
-from telar_checkpoint.inspect import (
+from telar_checkpoint.inspection import (
     diff_checkpoints,
     list_threads,
     read_thread,

@@ -11,7 +11,7 @@ from telar_checkpoint.cli._output import ProgressBar, confirm, plural, table, to
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import StoredDataError
 from telar_checkpoint.history import History
-from telar_checkpoint.inspect import read_thread, stored_size
+from telar_checkpoint.inspection import read_thread, stored_size
 from telar_checkpoint.stores.base import Store
 
 EXIT_CORRUPT = 4

@@ -1,4 +1,4 @@
-"""The commands that move threads: export, import and migrate, over `telar_checkpoint.migrate`."""
+"""The commands that move threads: export, import and migrate, over `telar_checkpoint.migration`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 from telar_checkpoint.cli._commands import EXIT_FAILED, local_path, opened
 from telar_checkpoint.cli._output import ProgressBar, to_json
 from telar_checkpoint.errors import UsageError
-from telar_checkpoint.inspect import read_thread
-from telar_checkpoint.migrate import MigrationReport, export_thread, import_thread, migrate, open_source
+from telar_checkpoint.inspection import read_thread
+from telar_checkpoint.migration import MigrationReport, export_thread, import_thread, migrate, open_source
 from telar_checkpoint.saver import TelarSaver
 
 

@@ -16,8 +16,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord
 from telar_checkpoint.errors import TelarError, UsageError
 from telar_checkpoint.history import History, Key
-from telar_checkpoint.migrate._report import ALREADY, BRANCH, NOT_FOUND, SUBGRAPH, TRIMMED, LeftOut, MigrationReport
-from telar_checkpoint.migrate._sources import describe, discover_threads, read_records
+from telar_checkpoint.migration._report import ALREADY, BRANCH, NOT_FOUND, SUBGRAPH, TRIMMED, LeftOut, MigrationReport
+from telar_checkpoint.migration._sources import describe, discover_threads, read_records
 from telar_checkpoint.saver import TelarSaver
 
 Progress = Callable[[int, int, str], object]
