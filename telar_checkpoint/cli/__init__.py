@@ -8,8 +8,9 @@ the codec and the stores): it parses arguments, prints tables (or JSON with
 0     done; for verify: every thread is sound
 1     verify found errors; a question answered no; other failures
 2     a bad URL or bad usage
-3     no such thread or checkpoint
+3     no such thread or checkpoint; a migration source without threads
 4     corrupt stored data
+5     the store could not be reached or refused the operation
 ====  ======================================================
 """
 
@@ -19,11 +20,12 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from telar_checkpoint.errors import SerializationError, StoredDataError, TelarError, UsageError
+from telar_checkpoint.errors import SerializationError, StoreError, StoredDataError, TelarError, UsageError
 
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_CORRUPT = 4
+EXIT_STORE = 5
 
 PROG = "telar-checkpoint"
 URL_HELP = "the store: a directory (or file:///dir), sqlite:///file.db, postgresql://..., redis://..."
@@ -39,6 +41,8 @@ def exit_code(exc: TelarError) -> int:
         return EXIT_NOT_FOUND
     if isinstance(exc, (StoredDataError, SerializationError)):
         return EXIT_CORRUPT
+    if isinstance(exc, StoreError):
+        return EXIT_STORE
     return 1
 
 
@@ -186,7 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except TelarError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        message = " ".join(line.strip() for line in str(exc).splitlines())  # a driver's message may span lines
+        print(f"{PROG}: error: {message}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from telar_checkpoint.cli._output import ProgressBar, compact, plural, table, to_json, when
 from telar_checkpoint.errors import UsageError
@@ -18,34 +16,18 @@ from telar_checkpoint.inspection import (
     thread_history,
 )
 from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.opening import open_existing, open_target
 from telar_checkpoint.verify import verify_store
 
 EXIT_FAILED = 1  # verify found errors, or the user said no
-
-
-def local_path(url: str) -> Path | None:
-    """The directory or database file a local store URL names (None for server and memory URLs)."""
-    if "://" not in url and not url.startswith(("file:", "sqlite:")):
-        return Path(url)
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        return Path(unquote(parts.path))
-    if parts.scheme == "sqlite":
-        path = unquote(parts.path)
-        return Path(path[1:] if url.startswith("sqlite:///") else path)
-    return None
+EXIT_NOT_FOUND = 3  # nothing to work on: no such thread, or a source without threads
 
 
 @contextlib.contextmanager
 def opened(url: str, *, create: bool = False) -> Iterator[Store]:
-    """The store `url` names, closed after use. Unless `create`, a local store must exist
-    (so a mistyped path is an error, not a new empty store)."""
-    from telar_checkpoint.stores.url import open_store
-
-    path = local_path(url)
-    if not create and path is not None and not path.exists():
-        raise UsageError(f"no store at {url!r}: {path} does not exist")
-    store = open_store(url)
+    """The store `url` names, closed after use. Unless `create`, nothing is created or changed:
+    a mistyped path or another tool's database is an error, not a new empty store."""
+    store = open_target(url) if create else open_existing(url)
     try:
         yield store
     finally:

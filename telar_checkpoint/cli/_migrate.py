@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from telar_checkpoint.cli._commands import EXIT_FAILED, local_path, opened
+from telar_checkpoint.cli._commands import EXIT_FAILED, EXIT_NOT_FOUND, opened
 from telar_checkpoint.cli._output import ProgressBar, to_json
 from telar_checkpoint.errors import UsageError
 from telar_checkpoint.inspection import read_thread
@@ -18,8 +18,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         read_thread(store, args.thread)  # a missing thread: exit code 3
         text = export_thread(TelarSaver(store), args.thread)
     if args.output:
-        with open(args.output, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-            f.write(text)
+        try:
+            with open(args.output, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+                f.write(text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
         print(f"exported thread {args.thread!r} to {args.output} ({text.count(chr(10))} lines)", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -41,9 +44,6 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    path = local_path(args.source)
-    if path is not None and not path.exists():
-        raise UsageError(f"no store at {args.source!r}: {path} does not exist")
     bar = ProgressBar("migrating", args.progress)
     with open_source(args.source) as source, opened(args.target, create=True) as store:
         try:
@@ -58,4 +58,6 @@ def _print_report(report: MigrationReport, as_json: bool) -> int:
         print(to_json({"ok": report.ok, **{k: getattr(report, k) for k in report.__slots__}}))
     else:
         print(report.format())
+    if report.source_empty:
+        return EXIT_NOT_FOUND
     return 0 if report.ok else EXIT_FAILED
