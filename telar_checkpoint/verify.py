@@ -30,15 +30,18 @@ Severity = Literal["error", "warning"]
 
 # What each finding `code` means (and whether it is an error or a warning).
 CODES: dict[str, tuple[Severity, str]] = {
+    "blank": ("error", "a blank line: it holds nothing, but the reader refuses it (`repair` removes it)"),
     "corrupt-line": ("error", "a complete line that is not JSON or not a record of ours"),
     "unknown-format": ("error", "a line with no format version, or one this release does not read"),
     "missing-parent": ("error", "a checkpoint's parent is neither stored nor recorded as dropped"),
+    "missing-base": ("error", "a checkpoint that appends to the lists of one that is not stored before it"),
     "missing-owner": ("error", "a subgraph checkpoint's parent-graph checkpoint is neither stored nor dropped"),
     "orphan-writes": ("error", "pending writes for a checkpoint older than the latest that was never stored"),
     "pending-put": ("warning", "pending writes newer than the latest checkpoint: a put not yet stored"),
     "dropped-writes": ("warning", "pending writes for a checkpoint recorded as replaced or trimmed (ignored)"),
     "duplicate": ("warning", "the same checkpoint stored twice; the later line wins"),
     "value": ("warning", "a state value that does not load with this serializer"),
+    "unreachable": ("error", "lines whose parent or checkpoint was on a damaged line (one finding for all)"),
     "torn": ("warning", "an unterminated last line (an interrupted write), dropped on read"),
     "foreign": ("warning", "an entry in the store that is not a history of ours (never touched)"),
 }
@@ -113,12 +116,19 @@ class _Checker:
         tail = raw_lines.pop()
         history = History(self.thread_id)
         for number, raw in enumerate(raw_lines, 1):
+            if not raw.strip():
+                self.add(number, "blank", "a blank line, which the reader refuses; `telar-checkpoint repair` removes it")
+                continue
             try:
                 line = read_line(raw, self.thread_id, number)
-                history.extend(raw + "\n")  # a line may be sound alone and not in its place
             except StoredDataError as exc:
                 code = "unknown-format" if isinstance(exc, UnknownFormatError) else "corrupt-line"
                 self.add(number, code, _message(exc))
+                continue
+            try:
+                history.extend(raw + "\n")
+            except StoredDataError as exc:  # sound alone, not in its place: what it extends is not stored
+                self.add(number, "missing-base", _message(exc))
                 continue
             self.note(number, line)
         if tail:
@@ -194,7 +204,27 @@ def verify_thread(thread_id: str, text: str, *, serde: SerializerProtocol | None
     history = checker.read(text)
     checker.check_links(history)
     checker.check_orphans(history)
-    return sorted(checker.problems, key=lambda p: (p.line is None, p.line or 0))
+    return _follow_ons_joined(thread_id, sorted(checker.problems, key=lambda p: (p.line is None, p.line or 0)))
+
+
+_DAMAGE = ("blank", "corrupt-line", "unknown-format")
+_LINKS = ("missing-base", "missing-parent", "missing-owner", "orphan-writes", "pending-put")
+
+
+def _follow_ons_joined(thread_id: str, problems: list[Problem]) -> list[Problem]:
+    """With a damaged line, the links it broke as one finding after it, not one per checkpoint."""
+    damage = [p for p in problems if p.code in _DAMAGE]
+    links = [p for p in problems if p.code in _LINKS]
+    if not damage or not links:
+        return problems
+    numbers = ", ".join(str(p.line) for p in links[:5]) + (", ..." if len(links) > 5 else "")
+    joined = Problem(
+        thread_id, None, "unreachable",
+        f"{len(links)} more line{'s' if len(links) != 1 else ''} ({numbers}) can no longer be reached, most likely "
+        f"because line {damage[0].line} is damaged; `telar-checkpoint repair` drops them and keeps the rest",
+    )
+    rest = [p for p in problems if p.code not in _LINKS] + [joined]
+    return sorted(rest, key=lambda p: (p.line is None, p.line or 0))
 
 
 def verify_store(

@@ -17,6 +17,7 @@ the codec and the stores): it parses arguments, prints tables (or JSON with
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -28,7 +29,12 @@ EXIT_CORRUPT = 4
 EXIT_STORE = 5
 
 PROG = "telar-checkpoint"
-URL_HELP = "the store: a directory (or file:///dir), sqlite:///file.db, postgresql://..., redis://..."
+URL_ENV = "TELAR_CHECKPOINT_URL"
+URL_HELP = (
+    "the store: a directory (or file:///dir), sqlite:///file.db, postgresql://..., redis://... "
+    f"(default: ${URL_ENV}, when set)"
+)
+THREAD_HELP = "a thread id, the thread_id of the graph's config (`telar-checkpoint threads URL` lists them)"
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -64,8 +70,8 @@ def _add(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.set_defaults(handler=handler)
-    if url:
-        parser.add_argument("url", metavar="URL", help=URL_HELP)
+    if url:  # optional when $TELAR_CHECKPOINT_URL names the store
+        parser.add_argument("url", metavar="URL", help=URL_HELP, nargs="?" if os.environ.get(URL_ENV) else None)
     if json:
         parser.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
     return parser
@@ -89,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     from telar_checkpoint.cli import _commands as look
     from telar_checkpoint.cli import _manage as manage
 
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("telar-checkpoint")
+    except PackageNotFoundError:  # run from a checkout that was not installed
+        installed = "unknown (not installed)"
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Look at, check and tidy the threads a TelarSaver stored.",
@@ -96,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Run `telar-checkpoint COMMAND --help` for the options and an example of each command.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {installed}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = _add(commands, "threads", "list the threads: checkpoints, latest step, last update, size",
@@ -104,20 +117,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _add(commands, "history", "list a thread's checkpoints, oldest first",
              "telar-checkpoint history ./.telar-checkpoint my-thread --ns ''", look.cmd_history)
-    p.add_argument("thread", metavar="THREAD")
+    p.add_argument("thread", metavar="THREAD", help=THREAD_HELP)
     p.add_argument("--ns", metavar="NS", help="only this namespace ('' for the root graph; default: all)")
 
     p = _add(commands, "show", "show one checkpoint: state, metadata and pending writes",
              "telar-checkpoint show ./.telar-checkpoint my-thread 1ef4f797-8335-6428-8001-8a1503f9b875",
              look.cmd_show)
-    p.add_argument("thread", metavar="THREAD")
+    p.add_argument("thread", metavar="THREAD", help=THREAD_HELP)
     p.add_argument("checkpoint", metavar="CHECKPOINT", nargs="?", help="a checkpoint id (default: the latest)")
     p.add_argument("--ns", metavar="NS", help="the namespace of CHECKPOINT (default: root for the latest, else any)")
 
     p = _add(commands, "diff", "what changed in the state between two checkpoints",
              "telar-checkpoint diff ./.telar-checkpoint my-thread 1ef4f797-8335-6428-8001-8a1503f9b875 "
              "1ef4f797-8340-6a1c-8002-b5e2a1c37c1e", look.cmd_diff)
-    p.add_argument("thread", metavar="THREAD")
+    p.add_argument("thread", metavar="THREAD", help=THREAD_HELP)
     p.add_argument("a", metavar="A", help="the checkpoint id before")
     p.add_argument("b", metavar="B", help="the checkpoint id after")
     p.add_argument("--ns", metavar="NS", help="the namespace of A and B (default: any)")
@@ -126,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
              "telar-checkpoint verify sqlite:///checkpoints.db", look.cmd_verify)
     p.add_argument("thread", metavar="THREAD", nargs="?", help="only this thread (default: all, and foreign entries)")
     p.add_argument("--strict", action="store_true", help="fail on warnings too (torn lines, pending writes, foreign entries)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the threads with findings, and the summary")
     _progress(p)
 
     p = _add(commands, "trim", "keep only the last N checkpoints of one thread or of all",
@@ -137,7 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _add(commands, "delete", "delete a thread and all its checkpoints",
              "telar-checkpoint delete ./.telar-checkpoint my-thread --yes", manage.cmd_delete)
-    p.add_argument("thread", metavar="THREAD")
+    p.add_argument("thread", metavar="THREAD", help=THREAD_HELP)
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+    p = _add(commands, "repair", "keep every line of a damaged thread that reads; drop the rest (the original is kept)",
+             "telar-checkpoint repair ./.telar-checkpoint my-thread", manage.cmd_repair)
+    p.add_argument("thread", metavar="THREAD", help=THREAD_HELP)
+    p.add_argument("--backup", metavar="FILE", help="where to keep the original text (default: THREAD_FILE.bak beside "
+                   "a file store's thread, else ./THREAD.bak.jsonl)")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
     p = _add(commands, "demo", "run a LangGraph graph that pauses at interrupt() and resumes in a new saver",
@@ -153,12 +174,13 @@ def _add_migration_commands(commands: argparse._SubParsersAction) -> None:
 
     p = _add(commands, "export", "write one thread as a .jsonl file (its stored lines)",
              "telar-checkpoint export ./.telar-checkpoint my-thread -o my-thread.jsonl", moves.cmd_export, json=False)
-    p.add_argument("thread", metavar="THREAD")
+    p.add_argument("thread", metavar="THREAD", help=THREAD_HELP)
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--raw", action="store_true", help="the text exactly as stored, whatever its state (a damaged thread too)")
 
     p = _add(commands, "import", "store a .jsonl file (from export) as a thread, after checking it reads back",
              "telar-checkpoint import sqlite:///checkpoints.db my-thread my-thread.jsonl", moves.cmd_import)
-    p.add_argument("thread", metavar="THREAD")
+    p.add_argument("thread", metavar="THREAD", help=THREAD_HELP)
     p.add_argument("file", metavar="FILE", help="the .jsonl file ('-' for stdin)")
     p.add_argument("--replace", action="store_true", help="overwrite a thread that holds a different history")
 
@@ -185,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.thread, extra = extra[0], []
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        if getattr(args, "url", "") is None:  # optional only when the variable is set
+            args.url = os.environ[URL_ENV]
     except SystemExit as exc:  # --help, or a usage error argparse already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:

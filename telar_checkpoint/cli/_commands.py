@@ -68,6 +68,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     with opened(args.url) as store:
         text = read_thread(store, args.thread)
     infos = thread_history(args.thread, text, ns=args.ns)
+    if not infos and args.ns:  # `--ns child` where the namespaces are `child:<task id>`
+        infos = [i for i in thread_history(args.thread, text) if i.ns.split(":", 1)[0] == args.ns]
     if args.json:
         print(to_json(infos))
         return 0
@@ -160,6 +162,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         errors = sum(p.severity == "error" for p in problems)
         status = "FAILED" if errors else "warn" if problems else "ok"
         counts["errors" if errors else "warnings" if problems else "ok"] += 1
+        if args.quiet and not problems:
+            continue
         print(f"{status:<7} {thread_id}")
         for p in problems:
             print(f"  {p}")
@@ -171,5 +175,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     )
     if report.foreign:
         summary += f"; {plural(len(report.foreign), 'foreign entry').replace('entrys', 'entries')}"
-    print(summary + (" -- FAILED" if failed else " -- sound"))
+    if failed and report.ok:  # only --strict failed it: say on what
+        codes = sorted({p.code for p in report.problems})
+        summary += f" -- FAILED (--strict: warnings {', '.join(codes)})"
+    else:
+        summary += " -- FAILED" if failed else " -- sound"
+    print(summary.lstrip("\n") if args.quiet and not any(report.threads.values()) and not report.foreign else summary)
     return EXIT_FAILED if failed else 0

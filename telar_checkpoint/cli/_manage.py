@@ -113,3 +113,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(run_demo(directory), end="")
     return 0
 
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from urllib.parse import quote
+
+    from telar_checkpoint.repair import plan_repair, repair
+
+    with opened(args.url) as store:
+        plan = plan_repair(args.thread, read_thread(store, args.thread))
+        if not plan.needed:
+            if args.json:
+                print(to_json({"repaired": False, "dropped": [], "backup": None}))
+            else:
+                print(f"thread {args.thread!r} reads whole: nothing to repair")
+            return 0
+        if not args.json:
+            lines = plan.original.count("\n") + (not plan.original.endswith("\n"))
+            print(f"thread {args.thread!r}: {plural(lines, 'line')}, the repair drops {len(plan.dropped)}:")
+            for drop in plan.dropped:
+                print(f"  line {drop.line}: {drop.reason}")
+        if not confirm(f"Repair thread {args.thread!r}, dropping {plural(len(plan.dropped), 'line')}?", args.yes):
+            print("aborted; nothing was changed", file=sys.stderr)
+            return EXIT_FAILED
+        backup = args.backup
+        if backup is None and store.kind != "file":
+            backup = f"{quote(args.thread, safe='')}.bak.jsonl"  # in the current directory
+        done = repair(store, args.thread, backup=backup)
+    if args.json:
+        print(to_json({"repaired": True, "dropped": done.dropped, "backup": done.backup}))
+    else:
+        print(f"repaired thread {args.thread!r}: {plural(len(done.dropped), 'line')} dropped; "
+              f"the original is in {done.backup}")
+    return 0

@@ -16,14 +16,15 @@ from telar_checkpoint.saver import TelarSaver
 def cmd_export(args: argparse.Namespace) -> int:
     with opened(args.url) as store:
         read_thread(store, args.thread)  # a missing thread: exit code 3
-        text = export_thread(TelarSaver(store), args.thread)
+        text = export_thread(TelarSaver(store), args.thread, raw=args.raw)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
                 f.write(text)
         except OSError as exc:
             raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
-        print(f"exported thread {args.thread!r} to {args.output} ({text.count(chr(10))} lines)", file=sys.stderr)
+        lines = text.count("\n") + (not text.endswith("\n") and bool(text))
+        print(f"exported thread {args.thread!r} to {args.output} ({lines} lines)", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
