@@ -18,6 +18,7 @@ from telar_checkpoint.errors import (
 )
 from telar_checkpoint.format import FORMAT_V1, FORMAT_V2
 from telar_checkpoint.migration import migrate
+from telar_checkpoint.repairing import repair
 from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
@@ -43,4 +44,5 @@ __all__ = [
     "UsageError",
     "WriteRecord",
     "migrate",
+    "repair",
 ]

@@ -381,3 +381,49 @@ def test_python_dash_m_in_a_subprocess(url) -> None:
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 3 and done.stdout == ""
     assert done.stderr == "telar-checkpoint: error: no thread 'nope' in this store; `telar-checkpoint threads URL` lists them\n"
+
+
+# --- smaller things: --version, the URL from the environment, help, namespaces, verify's summary --------------
+
+
+def test_version(capsys) -> None:
+    from importlib.metadata import version
+
+    code, out, _ = run(capsys, "--version")
+    assert (code, out) == (0, f"telar-checkpoint {version('telar-checkpoint')}\n")
+
+
+def test_the_url_from_the_environment(capsys, url, monkeypatch) -> None:
+    monkeypatch.setenv("TELAR_CHECKPOINT_URL", url)
+    code, out, _ = run(capsys, "history", "steps")
+    assert code == 0 and out.endswith("5 checkpoints\n")
+    code, out, _ = run(capsys, "threads")
+    assert code == 0 and "4 threads, " in out
+    assert run(capsys, "history", url, "steps")[1].endswith("5 checkpoints\n")  # a URL given still wins
+    monkeypatch.delenv("TELAR_CHECKPOINT_URL")
+    code, _, err = run(capsys, "threads")
+    assert code == 2 and "the following arguments are required: URL" in err
+
+
+def test_thread_has_help(capsys) -> None:
+    code, out, _ = run(capsys, "history", "--help")
+    assert code == 0 and "THREAD      a thread id, the thread_id of the graph's config" in " ".join(out.split("\n"))
+
+
+def test_history_ns_names_a_subgraph_by_its_node(capsys, url) -> None:
+    code, out, _ = run(capsys, "history", url, "sub", "--ns", "child")
+    lines = out.splitlines()
+    assert code == 0 and lines[-1] == "2 checkpoints"
+    assert all(" child:" in line for line in lines[1:-1])
+    code, out, _ = run(capsys, "history", url, "sub", "--ns", "nothing")
+    assert (code, out.splitlines()[-1]) == (0, "0 checkpoints")
+
+
+def test_verify_strict_says_which_warnings_failed_it_and_quiet_prints_only_problems(capsys, url) -> None:
+    code, out, _ = run(capsys, "verify", url, "torn", "--strict")
+    assert code == 1 and out.endswith("1 thread: 0 ok, 1 with warnings only, 0 failed -- FAILED (--strict: warnings torn)\n")
+    code, out, _ = run(capsys, "verify", url, "--quiet")
+    assert code == 1 and "ok      ask" not in out and "FAILED  broken\n" in out and "warn    torn\n" in out
+    assert out.endswith("5 threads: 3 ok, 1 with warnings only, 1 failed; 1 foreign entry -- FAILED\n")
+    code, out, _ = run(capsys, "verify", url, "ask", "-q")
+    assert (code, out) == (0, "1 thread: 1 ok, 0 with warnings only, 0 failed -- sound\n")

@@ -11,10 +11,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from telar_checkpoint import FileStore, TelarSaver, UsageError
+from telar_checkpoint import FileStore, TelarSaver, UsageError, repair
 from telar_checkpoint.cli import main
 from telar_checkpoint.errors import CorruptLineError
-from telar_checkpoint.repair import plan_repair, repair
+from telar_checkpoint.repairing import plan_repair
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from telar_checkpoint.verify import verify_thread
 from tests.graphs import multi_step, with_interrupt

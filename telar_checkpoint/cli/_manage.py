@@ -118,7 +118,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_repair(args: argparse.Namespace) -> int:
     from urllib.parse import quote
 
-    from telar_checkpoint.repair import plan_repair, repair
+    from telar_checkpoint.repairing import plan_repair, repair
 
     with opened(args.url) as store:
         plan = plan_repair(args.thread, read_thread(store, args.thread))
