@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
+import types
 import contextlib
 from collections.abc import Iterator
 
-from telar_checkpoint.cli._output import ProgressBar, compact, plural, table, to_json, when
+from telar_checkpoint.cli._output import ProgressBar, compact, plural, styled, table, to_json, when
 from telar_checkpoint.errors import UsageError
 from telar_checkpoint.inspection import (
     diff_checkpoints,
@@ -20,6 +20,7 @@ from telar_checkpoint.stores.opening import open_existing, open_target
 from telar_checkpoint.verify import verify_store
 
 EXIT_FAILED = 1  # verify found errors, or the user said no
+_STATUS_COLOURS = {"FAILED": "red", "warn": "yellow", "ok": "green"}
 EXIT_NOT_FOUND = 3  # nothing to work on: no such thread, or a source without threads
 
 
@@ -34,7 +35,7 @@ def opened(url: str, *, create: bool = False) -> Iterator[Store]:
         store.close()
 
 
-def cmd_threads(args: argparse.Namespace) -> int:
+def cmd_threads(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         bar = ProgressBar("reading threads", args.progress)
         try:
@@ -64,7 +65,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_history(args: argparse.Namespace) -> int:
+def cmd_history(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         text = read_thread(store, args.thread)
     infos = thread_history(args.thread, text, ns=args.ns)
@@ -88,7 +89,7 @@ def history_table(infos: list) -> str:
     return table(headers, rows, right=(2, 5), optional=(1,)) + f"\n{plural(len(infos), 'checkpoint')}"
 
 
-def cmd_show(args: argparse.Namespace) -> int:
+def cmd_show(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         text = read_thread(store, args.thread)
     view = show_checkpoint(args.thread, text, args.checkpoint, ns=args.ns)
@@ -119,7 +120,7 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-def cmd_diff(args: argparse.Namespace) -> int:
+def cmd_diff(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         text = read_thread(store, args.thread)
     changes = diff_checkpoints(args.thread, text, args.a, args.b, ns=args.ns)
@@ -140,7 +141,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
+def cmd_verify(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         bar = ProgressBar("verifying", args.progress)
         try:
@@ -164,7 +165,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         counts["errors" if errors else "warnings" if problems else "ok"] += 1
         if args.quiet and not problems:
             continue
-        print(f"{status:<7} {thread_id}")
+        print(f"{styled(status, _STATUS_COLOURS[status])}{' ' * (7 - len(status))} {thread_id}")
         for p in problems:
             print(f"  {p}")
     for name in report.foreign:

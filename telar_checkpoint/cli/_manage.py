@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
+import types
 import sys
 from dataclasses import dataclass
 
@@ -48,7 +48,7 @@ def plan_trim(
     return plans, corrupt
 
 
-def cmd_trim(args: argparse.Namespace) -> int:
+def cmd_trim(args: types.SimpleNamespace) -> int:
     codec = CheckpointCodec()
     with opened(args.url) as store:
         if args.thread:
@@ -85,7 +85,7 @@ def cmd_trim(args: argparse.Namespace) -> int:
     return EXIT_CORRUPT if corrupt else 0
 
 
-def cmd_delete(args: argparse.Namespace) -> int:
+def cmd_delete(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         text = read_thread(store, args.thread)
         try:
@@ -104,7 +104,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: types.SimpleNamespace) -> int:
     import tempfile
 
     from telar_checkpoint.demo import run_demo
@@ -115,7 +115,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 
-def cmd_repair(args: argparse.Namespace) -> int:
+def cmd_repair(args: types.SimpleNamespace) -> int:
     from urllib.parse import quote
 
     from telar_checkpoint.repairing import plan_repair, repair

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
+import types
 import sys
 
 from telar_checkpoint.cli._commands import EXIT_FAILED, EXIT_NOT_FOUND, opened
@@ -13,7 +13,7 @@ from telar_checkpoint.migration import MigrationReport, export_thread, import_th
 from telar_checkpoint.saver import TelarSaver
 
 
-def cmd_export(args: argparse.Namespace) -> int:
+def cmd_export(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         read_thread(store, args.thread)  # a missing thread: exit code 3
         text = export_thread(TelarSaver(store), args.thread, raw=args.raw)
@@ -30,7 +30,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_import(args: argparse.Namespace) -> int:
+def cmd_import(args: types.SimpleNamespace) -> int:
     try:
         if args.file == "-":
             text = sys.stdin.read()
@@ -44,11 +44,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     return _print_report(report, args.json)
 
 
-def cmd_migrate(args: argparse.Namespace) -> int:
+def cmd_migrate(args: types.SimpleNamespace) -> int:
     bar = ProgressBar("migrating", args.progress)
     with open_source(args.source) as source, opened(args.target, create=True) as store:
         try:
-            report = migrate(source, TelarSaver(store), thread_ids=args.threads, dry_run=args.dry_run, progress=bar)
+            report = migrate(source, TelarSaver(store), thread_ids=list(args.threads) or None, dry_run=args.dry_run, progress=bar)
         finally:
             bar.close()
     return _print_report(report, args.json)
