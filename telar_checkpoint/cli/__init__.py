@@ -26,8 +26,9 @@ from typing import Any
 
 from telar_checkpoint.errors import SerializationError, StoreError, StoredDataError, TelarError, UsageError
 
+EXIT_FAILED = 1  # verify found errors, the user said no, a migration had failures
 EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
+EXIT_NOT_FOUND = 3  # also: a migration source without threads
 EXIT_CORRUPT = 4
 EXIT_STORE = 5
 
@@ -44,7 +45,7 @@ def exit_code(exc: TelarError) -> int:
         return EXIT_CORRUPT
     if isinstance(exc, StoreError):
         return EXIT_STORE
-    return 1
+    return EXIT_FAILED
 
 
 def _version() -> str:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import types
 import contextlib
+import types
 from collections.abc import Iterator
 
+from telar_checkpoint.cli import EXIT_FAILED
 from telar_checkpoint.cli._output import ProgressBar, compact, plural, styled, table, to_json, when
-from telar_checkpoint.errors import UsageError
 from telar_checkpoint.inspection import (
     diff_checkpoints,
     list_threads,
@@ -19,9 +19,7 @@ from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.opening import open_existing, open_target
 from telar_checkpoint.verify import verify_store
 
-EXIT_FAILED = 1  # verify found errors, or the user said no
 _STATUS_COLOURS = {"FAILED": "red", "warn": "yellow", "ok": "green"}
-EXIT_NOT_FOUND = 3  # nothing to work on: no such thread, or a source without threads
 
 
 @contextlib.contextmanager

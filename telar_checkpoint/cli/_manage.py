@@ -1,20 +1,19 @@
-"""The commands that change or create: trim, delete, demo (and export, import, migrate when available)."""
+"""The commands that change or create: trim, delete, repair, demo."""
 
 from __future__ import annotations
 
-import types
 import sys
+import types
 from dataclasses import dataclass
 
-from telar_checkpoint.cli._commands import EXIT_FAILED, opened
+from telar_checkpoint.cli import EXIT_CORRUPT, EXIT_FAILED
+from telar_checkpoint.cli._commands import opened
 from telar_checkpoint.cli._output import ProgressBar, confirm, plural, table, to_json
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import StoredDataError
 from telar_checkpoint.history import History
 from telar_checkpoint.inspection import read_thread, stored_size
 from telar_checkpoint.stores.base import Store
-
-EXIT_CORRUPT = 4
 
 
 @dataclass(slots=True)

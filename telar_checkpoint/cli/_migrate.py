@@ -5,7 +5,8 @@ from __future__ import annotations
 import types
 import sys
 
-from telar_checkpoint.cli._commands import EXIT_FAILED, EXIT_NOT_FOUND, opened
+from telar_checkpoint.cli import EXIT_FAILED, EXIT_NOT_FOUND
+from telar_checkpoint.cli._commands import opened
 from telar_checkpoint.cli._output import ProgressBar, to_json
 from telar_checkpoint.errors import UsageError
 from telar_checkpoint.inspection import read_thread
