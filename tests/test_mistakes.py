@@ -211,3 +211,48 @@ def test_an_empty_source_says_so(capsys, tmp_path) -> None:
 def test_export_to_a_missing_directory(capsys, our_db) -> None:
     code, out, err = run(capsys, "export", f"sqlite:///{our_db}", "t", "-o", "/nonexistent/dir/x.jsonl")
     assert (code, out, err) == (2, "", f"{PROG}cannot write /nonexistent/dir/x.jsonl: No such file or directory\n")
+
+
+def test_a_postgres_store_of_ours_is_read_without_setup(capsys) -> None:
+    require_server("postgres")
+    from telar_checkpoint.stores.postgres import PostgresStore
+
+    schema = f"telar_test_{uuid.uuid4().hex[:12]}"
+    postgres_admin(f'CREATE SCHEMA "{schema}"')
+    try:
+        url = f"{POSTGRES_URL}?options=-c%20search_path%3D{schema}"
+        store = PostgresStore(url)
+        multi_step().compile(checkpointer=TelarSaver(store)).invoke({"log": [], "count": 0}, config("t"))
+        store.close()
+        reader = PostgresStore(url, create=False)
+        assert list(reader.keys()) == ["t"] and reader.schema_version() >= 1
+        reader.close()
+        code, out, _ = run(capsys, "threads", url)
+        assert code == 0 and out.splitlines()[1].split()[:3] == ["t", "5", "3"]
+        assert run(capsys, "verify", url)[0] == 0
+    finally:
+        postgres_admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_a_langgraph_postgres_database_as_a_store_is_named(capsys) -> None:
+    require_server("postgres")
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    schema = f"telar_test_{uuid.uuid4().hex[:12]}"
+    postgres_admin(f'CREATE SCHEMA "{schema}"')
+    try:
+        url = f"{POSTGRES_URL}?options=-c%20search_path%3D{schema}"
+        with PostgresSaver.from_conn_string(url) as saver:
+            saver.setup()
+            multi_step().compile(checkpointer=saver).invoke({"log": [], "count": 0}, config("t"))
+        before = postgres_admin("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,))
+        code, out, err = run(capsys, "threads", url)
+        assert (code, out) == (2, "")
+        assert err.endswith(f"holds no telar-checkpoint store: this looks like a LangGraph PostgresSaver database: "
+                            f"did you mean langgraph+{url}? (only `migrate --from` reads those)\n")
+        after = postgres_admin("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,))
+        assert sorted(after) == sorted(before)
+        code, out, _ = run(capsys, "migrate", "--from", f"langgraph+{url}", "--to", "memory://")
+        assert code == 0 and out.startswith("Migrated 1 thread (")
+    finally:
+        postgres_admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
