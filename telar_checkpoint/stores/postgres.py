@@ -137,13 +137,14 @@ class PostgresStore(Store):
     # Operations, each written once as steps
 
     def _setup_steps(self) -> Steps:
-        if not self.create:
-            return (yield from self._existing_steps())
-        yield self._sql.advisory_lock, (self._sql.lock_name,)
-        for statement in self._sql.setup:
-            yield statement, ()
-        rows = yield self._sql.v1_table, ()
-        yield (self._sql.record_v1 if rows[0][0] else self._sql.record_version), ()
+        if self.create:
+            yield self._sql.advisory_lock, (self._sql.lock_name,)
+            for statement in self._sql.setup:
+                yield statement, ()
+            rows = yield self._sql.v1_table, ()
+            yield (self._sql.record_v1 if rows[0][0] else self._sql.record_version), ()
+        else:
+            yield from self._existing_steps()
         rows = yield self._sql.version, ()
         version = int(rows[0][0])
         if version > SCHEMA_VERSION:
@@ -157,7 +158,7 @@ class PostgresStore(Store):
         return SCHEMA_VERSION
 
     def _existing_steps(self) -> Steps:
-        """Without `create`: check that our tables are there, changing nothing."""
+        """Without `create`: check that our tables are there (of schema 2), changing nothing."""
         from telar_checkpoint.stores.foreign import masked, not_ours
 
         rows = yield self._sql.meta_exists, ()
@@ -170,11 +171,6 @@ class PostgresStore(Store):
         if rows[0][0]:
             raise NoStoreError(f"PostgreSQL server at {self.server}: a store of schema 1; open it once with "
                                "TelarSaver to upgrade it")
-        rows = yield self._sql.version, ()
-        if int(rows[0][0]) > SCHEMA_VERSION:
-            raise StoreError(f"PostgreSQL server at {self.server}: the store tables have schema version "
-                             f"{rows[0][0]}, newer than this telar-checkpoint knows ({SCHEMA_VERSION}); upgrade it")
-        return SCHEMA_VERSION
 
     def _update_steps(self, key: str, change: Change) -> Steps:
         """Runs in a transaction: the upsert locks the thread row (version 0: a placeholder, never committed)."""

@@ -205,25 +205,19 @@ class SQLiteStore(DeferredAppends, Store):
             raise not_ours(where, tables, postgres=False, langgraph_url=f"langgraph+sqlite:///{self.path}")
 
     def _setup(self, conn: sqlite3.Connection) -> None:
-        if not self.create:  # the tables are there (`_require_ours`); only check their version
+        if not self.create:  # the tables are there (`_require_ours`); only their version is checked
             version = int(conn.execute(_VERSION).fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"SQLite database {self.path} has store schema version {version}, newer than this "
-                    f"telar-checkpoint knows ({SCHEMA_VERSION}); upgrade telar-checkpoint"
-                )
-            self._ready = True
-            return
-        with self._transaction(conn):
-            conn.execute(_SETUP[0])
-            conn.execute(_RECORD_VERSION if conn.execute(_V1_TABLE).fetchone() is None else _RECORD_V1)
-            version = int(conn.execute(_VERSION).fetchone()[0])
-            if version < SCHEMA_VERSION:  # 1: one row per thread in telar_histories
-                for statement in _SETUP[1:] + _MIGRATE_V1:
-                    conn.execute(statement)
-            elif version == SCHEMA_VERSION:
-                for statement in _SETUP[1:]:
-                    conn.execute(statement)
+        else:
+            with self._transaction(conn):
+                conn.execute(_SETUP[0])
+                conn.execute(_RECORD_VERSION if conn.execute(_V1_TABLE).fetchone() is None else _RECORD_V1)
+                version = int(conn.execute(_VERSION).fetchone()[0])
+                if version < SCHEMA_VERSION:  # 1: one row per thread in telar_histories
+                    for statement in _SETUP[1:] + _MIGRATE_V1:
+                        conn.execute(statement)
+                elif version == SCHEMA_VERSION:
+                    for statement in _SETUP[1:]:
+                        conn.execute(statement)
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"SQLite database {self.path} has store schema version {version}, newer than this "
