@@ -28,9 +28,22 @@ from telar_checkpoint.values import ValueCodec
 
 Severity = Literal["error", "warning"]
 
+
+def _reader_skips_blank_lines() -> bool:
+    """Whether `History.parse` skips a blank line (it holds nothing) or refuses it: verify says the same."""
+    try:
+        History.parse(None, "\n")
+    except StoredDataError:
+        return False
+    return True
+
+
+BLANK_LINES_READ = _reader_skips_blank_lines()
+
 # What each finding `code` means (and whether it is an error or a warning).
 CODES: dict[str, tuple[Severity, str]] = {
-    "blank": ("error", "a blank line: it holds nothing, but the reader refuses it (`repair` removes it)"),
+    "blank": ("warning", "a blank line: it holds nothing, and is skipped on read") if BLANK_LINES_READ
+    else ("error", "a blank line: it holds nothing, but the reader refuses it (`repair` removes it)"),
     "corrupt-line": ("error", "a complete line that is not JSON or not a record of ours"),
     "unknown-format": ("error", "a line with no format version, or one this release does not read"),
     "missing-parent": ("error", "a checkpoint's parent is neither stored nor recorded as dropped"),
@@ -117,7 +130,8 @@ class _Checker:
         history = History(self.thread_id)
         for number, raw in enumerate(raw_lines, 1):
             if not raw.strip():
-                self.add(number, "blank", "a blank line, which the reader refuses; `telar-checkpoint repair` removes it")
+                self.add(number, "blank", "a blank line, skipped on read" if BLANK_LINES_READ else
+                         "a blank line, which the reader refuses; `telar-checkpoint repair` removes it")
                 continue
             try:
                 line = read_line(raw, self.thread_id, number)
