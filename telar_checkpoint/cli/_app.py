@@ -48,15 +48,20 @@ def _arguments_help(params: Sequence[click.Parameter], formatter: click.HelpForm
             formatter.write_dl(rows)
 
 
-class _Command(click.Command):
-    """A command whose epilog (its example) is printed as written, and whose URL may come from
-    $TELAR_CHECKPOINT_URL: when it is set and a required THREAD is missing, the arguments
-    given are the ones after URL."""
+class _PlainEpilog:
+    """The epilog (an example) printed as written, not re-wrapped or indented."""
+
+    epilog: str | None
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         if self.epilog:
             formatter.write_paragraph()
             formatter.write(self.epilog + "\n")
+
+
+class _Command(_PlainEpilog, click.Command):
+    """A command whose URL may come from $TELAR_CHECKPOINT_URL: when it is set and a required
+    argument is missing, the arguments given are the ones after URL."""
 
     def format_arguments(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """click 8.5 lists documented arguments itself; ours does, for every click from 8.1."""
@@ -87,7 +92,7 @@ def _run(handler: Handler) -> Callable[..., int]:
     return callback
 
 
-def command(
+def _command(
     group: click.Group,
     name: str,
     summary: str,
@@ -115,7 +120,7 @@ def command(
     ))  # fmt: skip
 
 
-def thread(*, optional: str | None = None) -> click.Argument:
+def _thread(*, optional: str | None = None) -> click.Argument:
     """THREAD; with `optional`, it may be left out, and `optional` says what that means."""
     return _Argument("thread", "THREAD", optional or THREAD_HELP, required=optional is None)
 
@@ -128,11 +133,8 @@ def _ns(text: str) -> click.Option:
     return click.Option(["--ns"], metavar="NS", default=None, help=text)
 
 
-class _Group(click.Group):
-    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        if self.epilog:
-            formatter.write_paragraph()
-            formatter.write(self.epilog + "\n")
+class _Group(_PlainEpilog, click.Group):
+    """The command group, its example printed as written."""
 
 
 def build_app(version: str) -> click.Group:
@@ -150,51 +152,51 @@ def build_app(version: str) -> click.Group:
         params=[click.Option(["--version"], is_flag=True, expose_value=False, is_eager=True,
                              callback=_print_version(version), help="print the version and exit")],
     )
-    command(app, "threads", "list the threads: checkpoints, latest step, last update, size",
+    _command(app, "threads", "list the threads: checkpoints, latest step, last update, size",
             "telar-checkpoint threads ./.telar-checkpoint", look.cmd_threads, progress=True)
-    command(app, "history", "list a thread's checkpoints, oldest first",
+    _command(app, "history", "list a thread's checkpoints, oldest first",
             "telar-checkpoint history ./.telar-checkpoint my-thread --ns ''", look.cmd_history,
-            [thread(), _ns("only this namespace ('' for the root graph, NODE for NODE:<task> subgraphs; default: all)")])
-    command(app, "show", "show one checkpoint: state, metadata and pending writes",
+            [_thread(), _ns("only this namespace ('' for the root graph, NODE for NODE:<task> subgraphs; default: all)")])
+    _command(app, "show", "show one checkpoint: state, metadata and pending writes",
             "telar-checkpoint show ./.telar-checkpoint my-thread 1ef4f797-8335-6428-8001-8a1503f9b875", look.cmd_show,
-            [thread(), _Argument("checkpoint", "CHECKPOINT", "a checkpoint id (default: the latest)", required=False),
+            [_thread(), _Argument("checkpoint", "CHECKPOINT", "a checkpoint id (default: the latest)", required=False),
              _ns("the namespace of CHECKPOINT (default: root for the latest, else any)")])
-    command(app, "diff", "what changed in the state between two checkpoints",
+    _command(app, "diff", "what changed in the state between two checkpoints",
             "telar-checkpoint diff ./.telar-checkpoint my-thread 1ef4f797-8335-6428-8001-8a1503f9b875 "
             "1ef4f797-8340-6a1c-8002-b5e2a1c37c1e", look.cmd_diff,
-            [thread(), _Argument("a", "A", "the checkpoint id before"), _Argument("b", "B", "the checkpoint id after"),
+            [_thread(), _Argument("a", "A", "the checkpoint id before"), _Argument("b", "B", "the checkpoint id after"),
              _ns("the namespace of A and B (default: any)")])
-    command(app, "verify", "check every stored line; exit code 0 only when all is sound",
+    _command(app, "verify", "check every stored line; exit code 0 only when all is sound",
             "telar-checkpoint verify sqlite:///checkpoints.db", look.cmd_verify,
-            [thread(optional="only this thread (default: all, and foreign entries)"),
+            [_thread(optional="only this thread (default: all, and foreign entries)"),
              click.Option(["--strict"], is_flag=True,
                           help="fail on warnings too (torn lines, pending writes, foreign entries)"),
              click.Option(["--quiet", "-q"], is_flag=True,
                           help="print only the threads with findings, and the summary")], progress=True)
-    command(app, "trim", "keep only the last N checkpoints of one thread or of all",
+    _command(app, "trim", "keep only the last N checkpoints of one thread or of all",
             "telar-checkpoint trim ./.telar-checkpoint --keep 20 my-thread", manage.cmd_trim,
-            [thread(optional="only this thread (default: all)"),
+            [_thread(optional="only this thread (default: all)"),
              click.Option(["--keep"], metavar="N", type=_Positive(), required=True,
                           help="checkpoints to keep (at least 1)"), _yes()], progress=True)
-    command(app, "delete", "delete a thread and all its checkpoints",
-            "telar-checkpoint delete ./.telar-checkpoint my-thread --yes", manage.cmd_delete, [thread(), _yes()])
-    command(app, "repair", "keep every line of a damaged thread that reads; drop the rest (the original is kept)",
+    _command(app, "delete", "delete a thread and all its checkpoints",
+            "telar-checkpoint delete ./.telar-checkpoint my-thread --yes", manage.cmd_delete, [_thread(), _yes()])
+    _command(app, "repair", "keep every line of a damaged thread that reads; drop the rest (the original is kept)",
             "telar-checkpoint repair ./.telar-checkpoint my-thread", manage.cmd_repair,
-            [thread(), click.Option(["--backup"], metavar="FILE", help="where to keep the original text (default: "
+            [_thread(), click.Option(["--backup"], metavar="FILE", help="where to keep the original text (default: "
                                     "THREAD_FILE.bak beside a file store's thread, else ./THREAD.bak.jsonl)"), _yes()])
-    command(app, "demo", "run a LangGraph graph that pauses at interrupt() and resumes in a new saver",
+    _command(app, "demo", "run a LangGraph graph that pauses at interrupt() and resumes in a new saver",
             "telar-checkpoint demo ./demo-checkpoints", manage.cmd_demo,
             [_Argument("directory", "DIR", "where to store the files (default: a new temporary directory)", required=False)], url=False, json=False)
-    command(app, "export", "write one thread as a .jsonl file (its stored lines)",
+    _command(app, "export", "write one thread as a .jsonl file (its stored lines)",
             "telar-checkpoint export ./.telar-checkpoint my-thread -o my-thread.jsonl", moves.cmd_export,
-            [thread(), click.Option(["-o", "--output"], metavar="FILE", help="write to FILE instead of stdout"),
+            [_thread(), click.Option(["-o", "--output"], metavar="FILE", help="write to FILE instead of stdout"),
              click.Option(["--raw"], is_flag=True,
                           help="the text exactly as stored, whatever its state (a damaged thread too)")], json=False)
-    command(app, "import", "store a .jsonl file (from export) as a thread, after checking it reads back",
+    _command(app, "import", "store a .jsonl file (from export) as a thread, after checking it reads back",
             "telar-checkpoint import sqlite:///checkpoints.db my-thread my-thread.jsonl", moves.cmd_import,
-            [thread(), _Argument("file", "FILE", "the .jsonl file ('-' for stdin)"),
+            [_thread(), _Argument("file", "FILE", "the .jsonl file ('-' for stdin)"),
              click.Option(["--replace"], is_flag=True, help="overwrite a thread that holds a different history")])
-    command(app, "migrate", "copy threads from a LangGraph saver or a store of ours into a store of ours",
+    _command(app, "migrate", "copy threads from a LangGraph saver or a store of ours into a store of ours",
             "telar-checkpoint migrate --from langgraph+sqlite:///checkpoints.sqlite --to file:///srv/checkpoints",
             moves.cmd_migrate,
             [click.Option(["--from", "source"], metavar="URL", required=True,
