@@ -17,6 +17,8 @@ from telar_checkpoint.errors import (
     UsageError,
 )
 from telar_checkpoint.format import FORMAT_V1, FORMAT_V2
+from telar_checkpoint.migration import migrate
+from telar_checkpoint.repairing import repair
 from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
@@ -41,4 +43,6 @@ __all__ = [
     "UnknownFormatError",
     "UsageError",
     "WriteRecord",
+    "migrate",
+    "repair",
 ]

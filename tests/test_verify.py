@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
 
 from telar_checkpoint import FileStore, MemoryStore, TelarSaver
-from telar_checkpoint.inspect import ThreadNotFoundError
+from telar_checkpoint.inspection import ThreadNotFoundError
 from telar_checkpoint.verify import CODES, verify_store, verify_thread
 from tests.graphs import multi_step, nested_subgraphs, resume, with_interrupt
 
@@ -98,16 +100,25 @@ def test_corrupt_lines_are_each_reported_and_the_rest_still_checked(texts) -> No
     lines[j] = '["a list"]'
     found = verify_thread("steps", joined(lines))
     corrupt = [p for p in found if p.code == "corrupt-line"]
-    assert [p.line for p in corrupt[:2]] == [i + 1, j + 1]
+    assert [p.line for p in corrupt] == [i + 1, j + 1]
     # a line that appends to a list of the lost checkpoint cannot be read either, and says why
-    assert [(p.line, p.message) for p in corrupt[2:]] == [
-        (step3 + 1, f"appends to lists of checkpoint {lost}, which is not stored before it")
+    # as one finding with the other links the damage broke
+    [unreachable] = [p for p in found if p.code == "unreachable"]
+    assert re.search(rf"[ (]{step3 + 1}[,)]", unreachable.message)
+    # without damage (the line is simply gone), the same line is a finding of its own
+    original = lines_of(texts["steps"])
+    alone = verify_thread("steps", joined(original[:j] + original[j + 1:]))
+    assert [(p.line, p.message) for p in alone if p.code == "missing-base"] == [
+        (step3, f"appends to lists of checkpoint {lost}, which is not stored before it")
     ]
     assert corrupt[0].message.startswith("not valid JSON")
     assert str(corrupt[0]).startswith(f"error: line {i + 1}: not valid JSON")
     assert corrupt[1].message == "not a JSON object"
-    # the checkpoint lost on line 2 leaves its child without a parent
-    assert any(p.code == "missing-parent" for p in found)
+    # the checkpoint lost on line 2 leaves its child without a parent: the links the damage broke
+    # are one finding, not one per checkpoint that follows
+    follow_ons = [p for p in found if p.code not in ("corrupt-line", "value")]
+    assert [p.code for p in follow_ons] == ["unreachable"]
+    assert f"because line {i + 1} is damaged; `telar-checkpoint repair` drops them" in follow_ons[0].message
 
 
 def test_unknown_and_missing_format_versions(texts) -> None:
