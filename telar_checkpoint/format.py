@@ -283,7 +283,13 @@ def read_line(text: str, thread_id: str | None, line_no: int) -> Line:
             "has no format version; refusing to guess how to read it", thread_id=thread_id, line=line_no
         )
     version = doc["format"]
-    reader = READERS.get(version) if type(version) is int else None
+    if type(version) is not int:
+        raise UnknownFormatError(
+            f"has format version {version!r}, a {type(version).__name__}: a format version is an integer (1, 2, ...)",
+            thread_id=thread_id,
+            line=line_no,
+        )
+    reader = READERS.get(version)
     if reader is None:
         known = ", ".join(str(v) for v in READERS)
         raise UnknownFormatError(

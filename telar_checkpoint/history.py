@@ -166,6 +166,8 @@ class History:
         first_line = self.line_count
         self.line_count += len(lines)
         for number, raw in enumerate(lines, first_line + 1):
+            if not raw.strip():
+                continue  # a blank line holds nothing (`echo >> thread.jsonl`); a rewrite drops it
             line = read_line(raw, thread_id, number)
             if isinstance(line, CheckpointLine):
                 history._add_line(line, number)

@@ -49,7 +49,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "missing-parent": ("error", "a checkpoint's parent is neither stored nor recorded as dropped"),
     "missing-base": ("error", "a checkpoint that appends to the lists of one that is not stored before it"),
     "missing-owner": ("error", "a subgraph checkpoint's parent-graph checkpoint is neither stored nor dropped"),
-    "orphan-writes": ("error", "pending writes for a checkpoint older than the latest that was never stored"),
+    "orphan-writes": ("warning", "pending writes for a checkpoint older than the latest that was never stored: "
+                      "what a crash between a step's writes and its checkpoint leaves; the next rewrite drops them"),
     "pending-put": ("warning", "pending writes newer than the latest checkpoint: a put not yet stored"),
     "dropped-writes": ("warning", "pending writes for a checkpoint recorded as replaced or trimmed (ignored)"),
     "duplicate": ("warning", "the same checkpoint stored twice; the later line wins"),
@@ -57,6 +58,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "unreachable": ("error", "lines whose parent or checkpoint was on a damaged line (one finding for all)"),
     "torn": ("warning", "an unterminated last line (an interrupted write), dropped on read"),
     "foreign": ("warning", "an entry in the store that is not a history of ours (never touched)"),
+    "stale-temp": ("warning", "a temporary file a killed rewrite left; the store's next rewrite removes it"),
 }
 
 
@@ -84,11 +86,13 @@ class VerifyReport:
 
     threads: dict[str, list[Problem]] = field(default_factory=dict)
     foreign: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)  # temporary files killed rewrites left
 
     @property
     def problems(self) -> list[Problem]:
         found = [p for problems in self.threads.values() for p in problems]
-        return found + [Problem(None, None, "foreign", f"foreign entry {name!r}") for name in self.foreign]
+        found += [Problem(None, None, "foreign", f"foreign entry {name!r}") for name in self.foreign]
+        return found + [Problem(None, None, "stale-temp", f"stale temporary file {name!r}") for name in self.stale]
 
     @property
     def errors(self) -> list[Problem]:
@@ -200,7 +204,7 @@ class _Checker:
                          "its put has not landed (yet)")
             else:
                 self.add(number, "orphan-writes", f"{count} for checkpoint {cid}{_in(ns)}, which was never "
-                         f"stored (the latest is {latest.line.id})")
+                         f"stored (the latest is {latest.line.id}): a crash left them; the next rewrite drops them")
 
 
 def _in(ns: str) -> str:
@@ -254,7 +258,8 @@ def verify_store(
     """
     from telar_checkpoint.inspection import read_thread
 
-    report = VerifyReport(foreign=list(store.foreign()) if thread_ids is None else [])
+    whole = thread_ids is None
+    report = VerifyReport(foreign=store.foreign() if whole else [], stale=store.stale_temp_files() if whole else [])
     chosen = sorted(store.keys()) if thread_ids is None else list(thread_ids)
     for done, thread_id in enumerate(chosen, 1):
         text = read_thread(store, thread_id) if thread_ids is not None else store.read(thread_id)

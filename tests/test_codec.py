@@ -516,3 +516,18 @@ def test_a_rewrite_drops_the_writes_a_crash_left_for_a_checkpoint_never_stored()
     rewritten = codec.append(text, record(2, 1, 1))  # an update in place rewrites the history
     assert '"task":"lost"' not in rewritten and '"task":"early"' in rewritten
     assert [w.task_id for w in codec.decode_history("t", codec.append(rewritten, record(5, 4, 3)))[-1].writes] == ["early"]
+
+
+def test_blank_lines_hold_nothing_and_are_skipped() -> None:
+    text = build(record(1, None, 0), record(2, 1, 1))
+    blanked = "\n" + text.replace("\n", "\n  \n", 1) + "\n"
+    assert [r.id for r in codec.decode_history("t", blanked)] == ["00000001", "00000002"]
+    assert codec.append(blanked, record(2, 1, 1)) == text  # a rewrite drops them
+
+
+@pytest.mark.parametrize("version", ["1", 1.0, None, True])
+def test_a_format_version_that_is_not_an_integer_is_named_as_such(version) -> None:
+    line = orjson.loads(build(record(1, None, 0)))
+    line["format"] = version
+    with pytest.raises(UnknownFormatError, match=rf"format version {version!r}, a {type(version).__name__}: a format version is an integer"):
+        codec.decode_history("t", orjson.dumps(line).decode() + "\n")

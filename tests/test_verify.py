@@ -166,7 +166,8 @@ def test_subgraph_checkpoint_whose_parent_graph_checkpoint_is_gone(texts) -> Non
     assert any(f"belongs to checkpoint {owner}, which is not stored" in p.message for p in found)
 
 
-def test_orphan_writes_older_than_the_latest_are_errors_newer_ones_a_pending_put(texts) -> None:
+def test_orphan_writes_older_than_the_latest_are_a_crashs_residue_newer_ones_a_pending_put(texts) -> None:
+    """Both warnings: a crash under async durability leaves the first (a rewrite drops them)."""
     lines = lines_of(texts["steps"])
     first, latest = orjson.loads(lines[0])["id"], orjson.loads(lines[first_index(lines, step=3)])["id"]
     older = first[:-1] + ("0" if first[-1] != "0" else "1")
@@ -176,8 +177,8 @@ def test_orphan_writes_older_than_the_latest_are_errors_newer_ones_a_pending_put
                                    "path": "~__pregel_pull, a", "writes": [[0, "log", ["x"]]]}).decode())
     found = verify_thread("steps", joined(lines))
     assert codes(found) == [(len(lines) - 1, "orphan-writes"), (len(lines), "pending-put")]
-    assert [p.severity for p in found] == ["error", "warning"]
-    assert f"1 pending write for checkpoint {older}, which was never stored (the latest is {latest})" in found[0].message
+    assert [p.severity for p in found] == ["warning", "warning"]
+    assert f"1 pending write for checkpoint {older}, which was never stored (the latest is {latest}): a crash left" in found[0].message
 
 
 def test_torn_last_line_is_a_warning_naming_its_line(texts) -> None:
@@ -232,3 +233,22 @@ def test_store_report_fails_on_an_error_and_checks_only_named_threads(tmp_path) 
 
 def test_every_code_has_a_severity_and_a_meaning() -> None:
     assert all(severity in ("error", "warning") and meaning for severity, meaning in CODES.values())
+
+
+def test_verify_reports_the_temporary_files_killed_rewrites_left(tmp_path) -> None:
+    import os
+    import time
+
+    from telar_checkpoint import FileStore
+    from telar_checkpoint.verify import verify_store
+
+    store = FileStore(tmp_path / "store")
+    store.write("t", '{"format":1,"kind":"dropped","floor":null,"replaced":["x"]}\n')
+    leftover = tmp_path / "store" / ".tmp" / "t.killed.part"
+    leftover.parent.mkdir(exist_ok=True)
+    leftover.write_text("half a rewrite")
+    old = time.time() - 3600
+    os.utime(leftover, (old, old))
+    report = verify_store(store)
+    assert report.ok and [p.code for p in report.problems] == ["stale-temp"]
+    assert report.stale == [".tmp/t.killed.part"]

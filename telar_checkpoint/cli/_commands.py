@@ -154,7 +154,7 @@ def cmd_verify(args: types.SimpleNamespace) -> int:
             ]
             for thread_id, problems in report.threads.items()
         }
-        print(to_json({"ok": not failed, "threads": threads, "foreign": report.foreign}))
+        print(to_json({"ok": not failed, "threads": threads, "foreign": report.foreign, "stale": report.stale}))
         return EXIT_FAILED if failed else 0
     counts = {"ok": 0, "warnings": 0, "errors": 0}
     for thread_id, problems in report.threads.items():
@@ -168,6 +168,8 @@ def cmd_verify(args: types.SimpleNamespace) -> int:
             print(f"  {p}")
     for name in report.foreign:
         print(f"foreign {name}: not a history of ours (never touched)")
+    for name in report.stale:
+        print(f"stale   {name}: a temporary file a killed rewrite left (the next rewrite removes it)")
     summary = (
         f"\n{plural(len(report.threads), 'thread')}: {counts['ok']} ok, "
         f"{counts['warnings']} with warnings only, {counts['errors']} failed"
