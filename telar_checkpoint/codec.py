@@ -21,6 +21,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from telar_checkpoint.errors import CheckpointDroppedError, UsageError
 from telar_checkpoint.format import (
     PLAIN_CHECKPOINT_KEYS,
+    SAME,
+    is_same,
     CheckpointLine,
     plain_metadata,
     write_checkpoint,
@@ -145,14 +147,15 @@ class CheckpointCodec:
                 continue
             version = versions.get(channel)
             if version is not None and version == parent_versions.get(channel) and parent.has(channel):  # type: ignore[union-attr]
-                stored = parent.line.values.get(channel)  # type: ignore[union-attr]
-                if channel not in parent.line.values or (type(stored) is list and stored):  # type: ignore[union-attr]
-                    if parent.depth(channel) < MAX_CHAIN:  # type: ignore[union-attr]
-                        unchanged[channel] = []
-                    else:  # written whole again, so a reader never walks back more than MAX_CHAIN lines
-                        values[channel] = parent.value(channel)  # type: ignore[union-attr]
+                resolved = parent.value(channel)  # type: ignore[union-attr]
+                if parent.depth(channel) >= MAX_CHAIN:  # type: ignore[union-attr]
+                    values[channel] = resolved  # whole again: a reader never walks back more than MAX_CHAIN lines
+                elif type(resolved) is list and resolved:
+                    unchanged[channel] = []  # the parent's list, with nothing added
+                elif type(resolved) is dict:
+                    values[channel] = SAME  # the parent's value, by reference: it may be large
                 else:
-                    values[channel] = stored
+                    values[channel] = resolved  # a scalar or an empty list: as short as a reference
                 continue
             values[channel] = self.values.encode(value)
         appended = _appended(values, parent) if parent is not None else {}
@@ -168,7 +171,9 @@ class CheckpointCodec:
         # A fresh copy: the parsed line is shared (memoized), and LangGraph changes what it gets.
         checkpoint: dict[str, Any] = orjson.loads(orjson.dumps(line.checkpoint))
         checkpoint["id"] = line.id
-        values = checkpoint["channel_values"] = {k: self.values.decode(v) for k, v in line.values.items()}
+        values = checkpoint["channel_values"] = {
+            k: self.values.decode(entry.value(k) if is_same(v) else v) for k, v in line.values.items()
+        }
         for channel in line.appended:
             values[channel] = self.values.decode(entry.value(channel))
         for k, v in line.extra.items():
@@ -215,7 +220,7 @@ class CheckpointCodec:
         """Put `record` into `history` (an editable clone); the lines to append to its string,
         or None when the string must be rewritten whole (`history.render()`)."""
         check_max_history(max_history)
-        prepared = record if isinstance(record, PreparedRecord) else self.prepare(record)
+        prepared = record if isinstance(record, PreparedRecord) else self.prepare(record, _changed(record, history))
         record = prepared.record
         line = self._line(prepared, history)
         keep = self.keep_finished_subgraphs
@@ -229,7 +234,7 @@ class CheckpointCodec:
         if record.writes and entry is not None:
             tasks = {w.task_id for w in record.writes}
             added.extend(History._writes_lines(line.ns, line.id, {k: v for k, v in entry.writes.items() if k[0] in tasks}))
-        history.line_count += len(added)
+        history.count_appended(added)
         if max_history is not None:
             before = dict(history.dropped)
             cut = history.trim(max_history, keep)
@@ -239,7 +244,7 @@ class CheckpointCodec:
                 if floors is None:
                     return None
                 added.extend(floors)
-                history.line_count += len(floors)
+                history.count_appended(floors)
         return added
 
     def encode_writes(self, writes: Sequence[tuple[int, str, Any]]) -> list[tuple[int, str, Any]]:
@@ -258,8 +263,9 @@ class CheckpointCodec:
             return None
         if line is None:
             return []
-        history.line_count += 1
-        return [write_writes(line)]
+        added = [write_writes(line)]
+        history.count_appended(added)
+        return added
 
     def append(
         self,
@@ -344,6 +350,18 @@ class CheckpointCodec:
         if entry is None and (reason := history.dropped_reason(checkpoint_ns, checkpoint_id)):
             raise CheckpointDroppedError(thread_id, checkpoint_ns, checkpoint_id, reason)
         return entry
+
+
+def _changed(record: CheckpointRecord, history: History) -> list[str]:
+    """The channels whose version differs from the parent checkpoint's (all, with no parent stored):
+    what LangGraph passes a put as `new_versions`, for a record given without them."""
+    cp = record.checkpoint
+    parent = history.get(record.checkpoint_ns, record.parent_id) if record.parent_id else None
+    if parent is None:
+        return list(cp.get("channel_values", {}))
+    versions = cp.get("channel_versions") or {}
+    before = parent.line.checkpoint.get("channel_versions") or {}
+    return [ch for ch in cp.get("channel_values", {}) if versions.get(ch) is None or versions.get(ch) != before.get(ch)]
 
 
 def _run_id(entry: Entry) -> str | None:

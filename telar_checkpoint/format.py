@@ -70,6 +70,18 @@ class DroppedLine:
 
 Line = CheckpointLine | WritesLine | DroppedLine
 
+# A channel value written as {"$same": null}: the parent checkpoint's value of that channel,
+# unchanged (its version is the parent's), so a large value is not stored again with every
+# checkpoint. A reader that predates it refuses the tag (it is no value a serializer writes:
+# their one-key objects are escaped), rather than read something else.
+SAME_TAG = "$same"
+SAME: dict[str, None] = {SAME_TAG: None}
+
+
+def is_same(value: Any) -> bool:
+    """Whether a stored channel value is the `SAME` reference to the parent's value."""
+    return type(value) is dict and len(value) == 1 and SAME_TAG in value
+
 
 def _head(kind: str, ns: str) -> dict[str, Any]:
     """The start of every line: its format version (2 inside a subgraph, else 1), kind and namespace."""
@@ -186,6 +198,8 @@ def _read_checkpoint(f: _Fields, ns: str) -> CheckpointLine:
         raise f.fail("a channel is both in 'values' and in 'appended'")
     if appended and f.doc.get("parent") is None:
         raise f.fail("field 'appended' needs a parent checkpoint to append to")
+    if f.doc.get("parent") is None and any(map(is_same, values.values())):
+        raise f.fail(f"a value {SAME_TAG} needs a parent checkpoint to repeat")
     return CheckpointLine(
         ns=ns,
         id=f.get("id", str),

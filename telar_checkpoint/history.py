@@ -17,6 +17,7 @@ from telar_checkpoint.entries import Entries
 from telar_checkpoint.errors import CorruptLineError, UsageError
 from telar_checkpoint.format import (
     CheckpointLine,
+    is_same,
     DroppedLine,
     WritesLine,
     read_line,
@@ -26,8 +27,10 @@ from telar_checkpoint.format import (
 )
 
 REPLACED_IDS_KEPT = 1000  # replaced ids remembered per thread, to say "replaced" not "absent"
-MAX_CHAIN = 64  # a list channel is written whole again after this many appended lines
+MAX_CHAIN = 64  # a value is written whole again after this many lines that extend or repeat it
+_ABSENT: Any = object()
 SLACK_LINES = 64  # trimming appends floors until the string holds 2x its live lines + this,
+SLACK_SIZE = 256 * 1024  # and 2x the characters of the lines its live checkpoints read + this,
 FLOORS_APPENDED = 64  # or this many floor lines (each costs a reader a pass over the history)
 FLOOR_LINE_IDS = 64  # a dropped record listing more ids than this is written by a rewrite
 _FORKS = ("fork", "update")  # sources that start a branch
@@ -49,52 +52,66 @@ def is_call(ns: str) -> bool:
 class Entry:
     """One stored checkpoint and its pending writes.
 
-    `base` is the parent entry whose lists the line's `appended` channels extend.
+    `base` is the parent entry whose values the line builds on: the lists its `appended`
+    channels extend, and the values it holds by reference (`is_same`).
     Entries are shared between a history and its clones: never change one, replace it.
     """
 
     line: CheckpointLine
     writes: dict[WriteKey, Write] = field(default_factory=dict)
     base: Entry | None = None
-    _full: dict[str, list[Any]] = field(default_factory=dict)
+    _full: dict[str, Any] = field(default_factory=dict)
 
     def has(self, channel: str) -> bool:
         return channel in self.line.values or channel in self.line.appended
 
+    def _holds(self, channel: str) -> bool:
+        """Whether the line itself holds the whole value of `channel` (not extends or repeats it)."""
+        value = self.line.values.get(channel, _ABSENT)
+        return value is not _ABSENT and not is_same(value)
+
     def value(self, channel: str) -> Any:
-        """The encoded value of `channel`, an appended list resolved against its bases."""
-        if channel in self.line.values:
+        """The encoded value of `channel`, resolved against its bases: an appended list, or a
+        value repeated by reference."""
+        if self._holds(channel):
             return self.line.values[channel]
         full = self._full.get(channel)
         if full is None:
             chain, entry = [], self
-            while channel not in entry.line.values:
+            while not entry._holds(channel):
                 chain.append(entry)
                 if entry.base is None:
                     raise KeyError(channel)
                 entry = entry.base
                 if channel in entry._full:
                     break
-            # Only the newest entry of a chain keeps its whole list: memory stays O(state), not O(history).
-            cached = entry._full.pop(channel, None)
-            full = list(entry.line.values[channel] if cached is None else cached)
-            for link in reversed(chain):
-                full.extend(link.line.appended[channel])
+            start = entry._full.get(channel, _ABSENT)
+            if start is _ABSENT:
+                start = entry.line.values[channel]
+            if type(start) is list:
+                # Only the newest entry of a chain keeps its whole list: memory stays O(state), not O(history).
+                entry._full.pop(channel, None)
+                full = list(start)
+                for link in reversed(chain):
+                    full.extend(link.line.appended.get(channel, ()))
+            else:  # a value repeated by reference: shared, never copied
+                full = start
             self._full[channel] = full
         return full
 
     def depth(self, channel: str) -> int:
-        """How many appended lines stand between this entry and the whole value of `channel`."""
+        """How many lines that extend or repeat `channel` stand between this entry and its whole value."""
         depth, entry = 0, self
-        while entry is not None and channel not in entry.line.values:
+        while entry is not None and not entry._holds(channel):
             depth, entry = depth + 1, entry.base
         return depth
 
     def whole(self) -> Entry:
-        """This entry with every appended channel written whole (for when its base goes)."""
-        if not self.line.appended:
+        """This entry with every value it builds on its base written whole (for when its base goes)."""
+        building = [*self.line.appended, *(ch for ch, v in self.line.values.items() if is_same(v))]
+        if not building:
             return self
-        values = {**self.line.values, **{ch: self.value(ch) for ch in self.line.appended}}
+        values = {**self.line.values, **{ch: self.value(ch) for ch in building}}
         line = replace(self.line, values=values, appended={})
         line.text = write_checkpoint(line)
         return Entry(line, self.writes)
@@ -128,6 +145,7 @@ class History:
         self.torn: str | None = None  # an unterminated last line, dropped on read
         self._latest: dict[str, str] = {}  # namespace -> latest id, kept while only appending
         self.line_count = 0  # complete lines of the string this history was read from or rendered to
+        self.size = 0  # characters of those lines, newlines included
         self.holds_trimmed = False  # the string still holds lines a later floor trimmed (see `_apply_floor`)
         self.floors_appended = 0  # dropped lines read or appended after checkpoint lines
         self._calls: set[str] = set()  # subgraph-call namespaces seen (some may be gone since)
@@ -141,6 +159,7 @@ class History:
         other.torn = self.torn
         other._latest = dict(self._latest)
         other.line_count = self.line_count
+        other.size = self.size
         other.holds_trimmed = self.holds_trimmed
         other.floors_appended = self.floors_appended
         other._calls = set(self._calls)
@@ -165,6 +184,7 @@ class History:
         thread_id, history = self.thread_id, self
         first_line = self.line_count
         self.line_count += len(lines)
+        self.size += len(text) - len(tail)
         for number, raw in enumerate(lines, first_line + 1):
             if not raw.strip():
                 continue  # a blank line holds nothing (`echo >> thread.jsonl`); a rewrite drops it
@@ -200,10 +220,12 @@ class History:
         for (ns, cid), writes in self.orphans.items():
             out.extend(self._writes_lines(ns, cid, writes))
         self.line_count = len(out)
+        text = "".join(line + "\n" for line in out)
+        self.size = len(text)
         self.torn = None
         self.holds_trimmed = False
         self.floors_appended = 0
-        return "".join(line + "\n" for line in out)
+        return text
 
     def crash_residue(self) -> list[Key]:
         """Pending writes of checkpoints that were never stored and never will be: their id is
@@ -231,17 +253,24 @@ class History:
         key = (line.ns, line.id)
         old = self.entries.get(key)
         base = None
-        if line.appended:
+        repeated = [ch for ch, value in line.values.items() if is_same(value)]
+        if line.appended or repeated:
             base = self.entries.get((line.ns, line.parent)) if line.parent else None
             if base is None:
                 raise CorruptLineError(
-                    f"appends to lists of checkpoint {line.parent}, which is not stored before it",
+                    f"builds on the values of checkpoint {line.parent}, which is not stored before it",
                     thread_id=self.thread_id, line=number,
                 )
             for channel in line.appended:
                 if not (channel in base.line.appended or isinstance(base.line.values.get(channel), list)):
                     raise CorruptLineError(
                         f"appends to channel {channel!r} of checkpoint {line.parent}, which holds no list there",
+                        thread_id=self.thread_id, line=number,
+                    )
+            for channel in repeated:
+                if not base.has(channel):
+                    raise CorruptLineError(
+                        f"repeats channel {channel!r} of checkpoint {line.parent}, which holds no value there",
                         thread_id=self.thread_id, line=number,
                     )
         self.entries[key] = Entry(line, old.writes if old else self.orphans.pop(key, {}), base)
@@ -511,10 +540,28 @@ class History:
         if self.floors_appended + len(records) > FLOORS_APPENDED:
             return None
         needed = len(self.dropped) + sum(1 + len({t for t, _ in e.writes}) for e in self.entries.values())
-        if self.line_count + len(records) > 2 * needed + SLACK_LINES:
+        if self.line_count + len(records) > 2 * needed + SLACK_LINES or self.size > 2 * self._needed_size() + SLACK_SIZE:
             return None
         self.floors_appended += len(records)
         return [write_dropped(r) for r in records]
+
+    def _needed_size(self) -> int:
+        """Characters of the checkpoint lines the kept checkpoints are read from: their own and
+        the lines they extend or repeat (bases), each once."""
+        seen: set[int] = set()
+        size = 0
+        for entry in self.entries.values():
+            link: Entry | None = entry
+            while link is not None and id(link.line) not in seen:
+                seen.add(id(link.line))
+                size += len(link.line.text) + 1
+                link = link.base
+        return size
+
+    def count_appended(self, lines: list[str]) -> None:
+        """Count `lines`, appended to the string this history stands for."""
+        self.line_count += len(lines)
+        self.size += sum(len(line) + 1 for line in lines)
 
     def _apply_floor(self, ns: str) -> None:
         """A `dropped` line read after checkpoint lines: what it says is trimmed goes. Lines

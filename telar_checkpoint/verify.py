@@ -20,7 +20,7 @@ from typing import Any, Literal
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint.errors import StoredDataError, UnknownFormatError
-from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, read_line
+from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, is_same, read_line
 from telar_checkpoint.history import History
 from telar_checkpoint.inspection import Progress
 from telar_checkpoint.stores.base import Store
@@ -161,7 +161,7 @@ class _Checker:
                 self.add(number, "duplicate", f"checkpoint {line.id}{_in(line.ns)} is also on line "
                          f"{self.checkpoint_lines[key]}; the later line wins")
             self.checkpoint_lines[key] = number
-            self.check_values(number, line.values.items())
+            self.check_values(number, ((ch, v) for ch, v in line.values.items() if not is_same(v)))  # a reference loads as its base
             self.check_values(number, ((ch, item) for ch, items in line.appended.items() for item in items))
         elif isinstance(line, WritesLine):
             self.writes_lines.setdefault((line.ns, line.checkpoint_id), number)

@@ -435,7 +435,7 @@ def test_appended_lines_chain_at_most_max_chain_deep() -> None:
 
 def test_an_appended_line_without_its_base_is_refused() -> None:
     text = build(grow(1, None, ["a"]), grow(2, 1, ["a", "b"]))
-    with pytest.raises(CorruptLineError, match="line 1: appends to lists of checkpoint 00000001"):
+    with pytest.raises(CorruptLineError, match="line 1: builds on the values of checkpoint 00000001"):
         codec.decode_history("t", text.split("\n", 1)[1])
 
 
@@ -531,3 +531,53 @@ def test_a_format_version_that_is_not_an_integer_is_named_as_such(version) -> No
     line["format"] = version
     with pytest.raises(UnknownFormatError, match=rf"format version {version!r}, a {type(version).__name__}: a format version is an integer"):
         codec.decode_history("t", orjson.dumps(line).decode() + "\n")
+
+
+# --- size: a value that did not change is not stored again; trimming bounds characters too ----
+
+
+def big(n: int, parent: int | None, blob: str, version: int) -> CheckpointRecord:
+    """A checkpoint holding `blob` in a dict channel at `version` (the same version: unchanged)."""
+    rec = record(n, parent, n)
+    rec.checkpoint["channel_values"] = {"doc": {"text": blob}, "count": n}
+    rec.checkpoint["channel_versions"] = {"doc": version, "count": n}
+    return rec
+
+
+def test_a_value_whose_version_did_not_change_is_stored_as_a_reference() -> None:
+    blob = "x" * 100_000
+    text = build(big(1, None, blob, 1), big(2, 1, blob, 1), big(3, 2, blob, 1))
+    assert text.count(blob) == 1 and text.count('"doc":{"$same":null}') == 2
+    assert [r.checkpoint["channel_values"]["doc"] for r in codec.decode_history("t", text)] == [{"text": blob}] * 3
+    changed = codec.append(text, big(4, 3, blob + "y", 2))
+    assert changed.count(blob) == 2  # a new version is stored whole
+
+
+def test_a_reference_whose_base_is_trimmed_is_written_whole_by_the_rewrite() -> None:
+    blob = "x" * 100_000
+    text = build(*(big(i, i - 1 if i > 1 else None, blob, 1) for i in range(1, 8)), max_history=3)
+    assert [r.id for r in codec.decode_history("t", text)] == ["00000005", "00000006", "00000007"]
+    assert all(r.checkpoint["channel_values"]["doc"] == {"text": blob} for r in codec.decode_history("t", text))
+    rewritten = codec.parse("t", text).clone().render()
+    assert rewritten.count(blob) == 1 and rewritten.count("$same") == 2
+    assert codec.decode_history("t", rewritten) == codec.decode_history("t", text)
+
+
+def test_a_reference_without_a_parent_is_a_corrupt_line() -> None:
+    line = orjson.loads(build(record(1, None, 0)))
+    line["values"]["count"] = {"$same": None}
+    with pytest.raises(CorruptLineError, match=r"line 1: a value \$same needs a parent checkpoint"):
+        codec.decode_history("t", orjson.dumps(line).decode() + "\n")
+
+
+@pytest.mark.parametrize("changing", [False, True])
+def test_max_history_bounds_the_stored_characters_not_only_the_lines(changing) -> None:
+    """Issue 19: with large values, the slack of amortized trimming is bounded by size too."""
+    blob = "x" * 200_000
+    text, largest = None, 0
+    for i in range(1, 121):
+        value = blob[:-1] + str(i % 10) if changing else blob
+        text = codec.append(text, big(i, i - 1 if i > 1 else None, value, i if changing else 1), 3)
+        largest = max(largest, len(text))
+    kept = 3 if changing else 1  # values held whole by the three kept checkpoints
+    assert largest <= 2 * kept * len(blob) + 2 * 256 * 1024 + len(blob), largest

@@ -25,7 +25,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from telar_checkpoint import FileStore, TelarError, TelarSaver
 from telar_checkpoint.errors import ForeignDataError, StoreError, StoreFullError, UsageError
-from telar_checkpoint.inspect import list_threads
+from telar_checkpoint.inspection import list_threads
 from telar_checkpoint.verify import verify_store
 from tests.stores import child_exit_code
 

@@ -109,7 +109,7 @@ def test_corrupt_lines_are_each_reported_and_the_rest_still_checked(texts) -> No
     original = lines_of(texts["steps"])
     alone = verify_thread("steps", joined(original[:j] + original[j + 1:]))
     assert [(p.line, p.message) for p in alone if p.code == "missing-base"] == [
-        (step3, f"appends to lists of checkpoint {lost}, which is not stored before it")
+        (step3, f"builds on the values of checkpoint {lost}, which is not stored before it")
     ]
     assert corrupt[0].message.startswith("not valid JSON")
     assert str(corrupt[0]).startswith(f"error: line {i + 1}: not valid JSON")
