@@ -9,12 +9,15 @@
 #   LGSUITE_VENV     the venv to use, created and filled on first use (default /tmp/telar-lgsuite-venv);
 #                    it gets that checkout's langgraph, this repository's telar-checkpoint (editable)
 #                    and their test dependencies, never touching any other venv.
-#   LGSUITE_SAVER    telar (default), memory (InMemorySaver, the reference) or both.
+#   LGSUITE_SAVER    telar (default), telar_keep (TelarSaver(keep_finished_subgraphs=True)),
+#                    telar_shadow (dropped checkpoints served from an InMemorySaver beside it),
+#                    memory (InMemorySaver, the reference), both (memory, then telar) or all
+#                    (memory, telar, then telar_keep).
 #   LGSUITE_RESULTS  where the outcome files and logs go (default /tmp/telar-lgsuite-results).
 #   LGSUITE_TIMEOUT  bound on each whole pytest run, seconds (default 2400); each test is bounded
 #                    to 120 s by pytest-timeout.
-# Exit status: that of compare.py for a telar run (0 when every failure is in by_design.txt and
-# every listed test that ran failed), else pytest's.
+# Exit status: for a TelarSaver run, that of compare.py (0 when every failure is in by_design.txt
+# for that mode and every listed test that ran failed as expected; 1 otherwise), else 0.
 set -euo pipefail
 
 if [[ $# -lt 1 || ! -f "$1/tests/conftest.py" || ! -f "$1/pyproject.toml" ]]; then
@@ -30,7 +33,12 @@ venv=${LGSUITE_VENV:-/tmp/telar-lgsuite-venv}
 saver=${LGSUITE_SAVER:-telar}
 results=${LGSUITE_RESULTS:-/tmp/telar-lgsuite-results}
 run_timeout=${LGSUITE_TIMEOUT:-2400}
-case $saver in telar | memory | both) ;; *) echo "LGSUITE_SAVER must be telar, memory or both" >&2; exit 2 ;; esac
+case $saver in
+    telar | telar_keep | telar_shadow | memory) modes=("$saver") ;;
+    both) modes=(memory telar) ;;
+    all) modes=(memory telar telar_keep) ;;
+    *) echo "LGSUITE_SAVER must be telar, telar_keep, telar_shadow, memory, both or all" >&2; exit 2 ;;
+esac
 
 # Their test dependencies that the checkpointer tests need (their dependency group "test",
 # less coverage, profiling, the watcher and the CLI server), plus pytest-timeout.
@@ -51,7 +59,7 @@ fi
 "$venv/bin/python" -c 'import importlib.metadata as m; print("langgraph", m.version("langgraph"), "| langgraph-checkpoint", m.version("langgraph-checkpoint"), "| langchain-core", m.version("langchain-core"))'
 
 mkdir -p "$results"
-run_suite() {  # $1: telar or memory; the rest: pytest arguments
+run_suite() {  # $1: telar, telar_keep or memory; the rest: pytest arguments
     local which=$1
     shift
     local where=(tests)  # their whole suite, unless the arguments name tests/... paths
@@ -69,13 +77,12 @@ run_suite() {  # $1: telar or memory; the rest: pytest arguments
     return 0
 }
 
-if [[ $saver == memory || $saver == both ]]; then
-    run_suite memory "$@"
-fi
-if [[ $saver == memory ]]; then
-    exit 0
-fi
-run_suite telar "$@"
-reference=()
-[[ $saver == both ]] && reference=("$results/memory.json")
-"$venv/bin/python" "$here/compare.py" "$results/telar.json" "${reference[@]}"
+status=0
+for mode in "${modes[@]}"; do
+    run_suite "$mode" "$@"
+    [[ $mode == memory ]] && continue
+    reference=()
+    [[ -f $results/memory.json && " ${modes[*]} " == *" memory "* ]] && reference=("$results/memory.json")
+    "$venv/bin/python" "$here/compare.py" --mode "$mode" "$results/$mode.json" "${reference[@]}" || status=1
+done
+exit $status

@@ -12,8 +12,8 @@ Environment:
 - `TELAR_LGSUITE_SAVER`: `telar` (default), `memory` (their InMemorySaver, the reference),
   `telar_shadow` (TelarSaver whose dropped checkpoints are served from an InMemorySaver, to
   check that a by-design failure differs in nothing else; see telar_lgsuite_shadow.py),
-  `telar_emulate14` (TelarSaver with stand-ins for issue 14's fixes, to see what they hide;
-  see telar_lgsuite_emulate.py) or
+  `telar_keep` (TelarSaver with `keep_finished_subgraphs=True`, which keeps a finished
+  subgraph call's checkpoints while the checkpoint it ran under is kept) or
   `audit` (an InMemorySaver that notes reads of checkpoints off the live path, see
   telar_lgsuite_audit.py; `TELAR_LGSUITE_AUDIT=path` gets the notes as JSON).
 - `TELAR_LGSUITE_ALL_TESTS=1`: keep the tests that use no checkpointer fixture too
@@ -32,31 +32,31 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from telar_checkpoint import FileStore, TelarSaver
 from telar_lgsuite_audit import AuditSaver, current_test, findings
-from telar_lgsuite_emulate import EmulatedFixesTelarSaver
 from telar_lgsuite_shadow import ShadowedTelarSaver
 
 _CHECKPOINTER_FIXTURES = ("sync_checkpointer", "async_checkpointer")
 _THEIR_VARIANT = "memory"  # the variant of theirs whose factory we replace
 _SAVER = os.environ.get("TELAR_LGSUITE_SAVER", "telar")
 _VARIANT_IDS = {"telar": "telar_file", "memory": "memory", "telar_shadow": "telar_file",
-                "telar_emulate14": "telar_file", "audit": "memory"}  # audit: an InMemorySaver, whose tests compare snapshots named [memory]
+                "telar_keep": "telar_file", "audit": "memory"}  # audit: an InMemorySaver, whose tests compare snapshots named [memory]
 if _SAVER not in _VARIANT_IDS:
     raise pytest.UsageError(f"TELAR_LGSUITE_SAVER={_SAVER!r}: use one of {', '.join(_VARIANT_IDS)}")
 _VARIANT_ID = _VARIANT_IDS[_SAVER]
 
 
 @contextmanager
-def _telar_file_checkpointer(saver_class: type[TelarSaver] = TelarSaver) -> Iterator[TelarSaver]:
+def _telar_file_checkpointer(saver_class: type[TelarSaver] = TelarSaver, **options: Any) -> Iterator[TelarSaver]:
     """A TelarSaver on the file store, in a temporary directory removed after the test."""
     directory = tempfile.mkdtemp(prefix="telar-lgsuite-")
     try:
-        with saver_class(FileStore(directory)) as saver:
+        with saver_class(FileStore(directory), **options) as saver:
             yield saver
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -66,8 +66,8 @@ def _shadowed_checkpointer() -> AbstractContextManager[TelarSaver]:
     return _telar_file_checkpointer(ShadowedTelarSaver)
 
 
-def _emulated_checkpointer() -> AbstractContextManager[TelarSaver]:
-    return _telar_file_checkpointer(EmulatedFixesTelarSaver)
+def _keeping_checkpointer() -> AbstractContextManager[TelarSaver]:
+    return _telar_file_checkpointer(keep_finished_subgraphs=True)
 
 
 @contextmanager
@@ -76,7 +76,7 @@ def _audit_checkpointer() -> Iterator[BaseCheckpointSaver]:
 
 
 _FACTORIES = {"telar": _telar_file_checkpointer, "telar_shadow": _shadowed_checkpointer,
-              "telar_emulate14": _emulated_checkpointer, "audit": _audit_checkpointer}
+              "telar_keep": _keeping_checkpointer, "audit": _audit_checkpointer}
 
 
 def _narrow(fixturedef: pytest.FixtureDef) -> None:

@@ -3,7 +3,8 @@
 Used by telar_lgsuite_plugin when `TELAR_LGSUITE_SAVER=telar_shadow`, to check a by-design
 failure: every put also goes to a shadow InMemorySaver, and a read answers from TelarSaver
 except where TelarSaver no longer holds a checkpoint that InMemorySaver does (a get by id of
-a dropped checkpoint, or the entries a history listing lacks). A test that fails with
+a dropped checkpoint, the latest of a namespace it dropped whole, or the entries a history
+listing lacks). A test that fails with
 TelarSaver but passes here differs from InMemorySaver only in what the history rules drop;
 everything else it checks (outputs, states, resumes) came from TelarSaver.
 """
@@ -106,8 +107,18 @@ class ShadowedTelarSaver(TelarSaver):
         await super().aput_writes(config, writes, task_id, task_path)
         self.shadow.put_writes(config, writes, task_id, task_path)
 
+    def delete_thread(self, thread_id: str) -> None:
+        super().delete_thread(thread_id)
+        self.shadow.delete_thread(thread_id)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await super().adelete_thread(thread_id)
+        self.shadow.delete_thread(thread_id)
+
     def _from_shadow(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.shadow.get_tuple(config) if "checkpoint_id" in config.get("configurable", {}) else None
+        """The shadow's answer where TelarSaver has none: a dropped checkpoint asked for by id, or
+        the latest of a namespace whose checkpoints were all dropped (a finished subgraph call)."""
+        return self.shadow.get_tuple(config)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         try:
@@ -123,17 +134,26 @@ class ShadowedTelarSaver(TelarSaver):
             found = None
         return found if found is not None else self._from_shadow(config)
 
-    def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, Any]:
+    def _holds(self, config: RunnableConfig) -> CheckpointTuple | None:
         try:
-            return super().get_delta_channel_history(config=config, channels=channels)
+            return super().get_tuple(config)
         except CheckpointDroppedError:
+            return None
+
+    def _lacks_path(self, config: RunnableConfig) -> bool:
+        """Whether TelarSaver dropped the checkpoint `config` names, or its parent (the path to it)."""
+        found = self._holds(config)
+        return found is None or (found.parent_config is not None and self._holds(found.parent_config) is None)
+
+    def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, Any]:
+        if self._lacks_path(config):
             return self.shadow.get_delta_channel_history(config=config, channels=channels)
+        return super().get_delta_channel_history(config=config, channels=channels)
 
     async def aget_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, Any]:
-        try:
-            return await super().aget_delta_channel_history(config=config, channels=channels)
-        except CheckpointDroppedError:
+        if self._lacks_path(config):  # reads the store synchronously: a diagnosis aid, not a server
             return self.shadow.get_delta_channel_history(config=config, channels=channels)
+        return await super().aget_delta_channel_history(config=config, channels=channels)
 
     def list(self, config: RunnableConfig | None, *, limit: int | None = None, **options: Any) -> Iterator[CheckpointTuple]:
         try:
