@@ -146,6 +146,10 @@ class History:
         self._latest: dict[str, str] = {}  # namespace -> latest id, kept while only appending
         self.line_count = 0  # complete lines of the string this history was read from or rendered to
         self.size = 0  # characters of those lines, newlines included
+        # Whether the entries stand in the order of their ids (LangGraph's ids grow with time, so
+        # they do unless puts arrived out of order): then the newest are the last (`newest`).
+        self.in_id_order = True
+        self._max_id = ""
         self.holds_trimmed = False  # the string still holds lines a later floor trimmed (see `_apply_floor`)
         self.floors_appended = 0  # dropped lines read or appended after checkpoint lines
         self._calls: set[str] = set()  # subgraph-call namespaces seen (some may be gone since)
@@ -160,6 +164,7 @@ class History:
         other._latest = dict(self._latest)
         other.line_count = self.line_count
         other.size = self.size
+        other.in_id_order, other._max_id = self.in_id_order, self._max_id
         other.holds_trimmed = self.holds_trimmed
         other.floors_appended = self.floors_appended
         other._calls = set(self._calls)
@@ -273,6 +278,9 @@ class History:
                         f"repeats channel {channel!r} of checkpoint {line.parent}, which holds no value there",
                         thread_id=self.thread_id, line=number,
                     )
+        if old is None:
+            self.in_id_order = self.in_id_order and line.id > self._max_id
+            self._max_id = max(self._max_id, line.id)
         self.entries[key] = Entry(line, old.writes if old else self.orphans.pop(key, {}), base)
         if is_call(line.ns):
             self._calls.add(line.ns)
@@ -297,6 +305,13 @@ class History:
             return True
         current = self.entries.get((base.line.ns, base.line.id))
         return current is not None and current.line is base.line
+
+    def newest(self) -> Iterator[Entry]:
+        """Every entry, newest id first: walked from the end when the entries stand in id order,
+        so taking the first few costs as much as they do, whatever the length of the thread."""
+        if self.in_id_order:
+            return (self.entries[key] for key in reversed(self.entries))
+        return iter(sorted(self.entries.values(), key=lambda e: e.line.id, reverse=True))
 
     def in_ns(self, ns: str) -> list[Entry]:
         return [e for (n, _), e in self.entries.items() if n == ns]
