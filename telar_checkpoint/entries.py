@@ -105,6 +105,16 @@ class Entries(MutableMapping[K, V], Generic[K, V]):
             if self._is_new(key):
                 yield key
 
+    def __reversed__(self) -> Iterator[K]:
+        """The keys, last first (as `reversed` on a dict)."""
+        for key in reversed(list(self._recent)):  # at most SEAL_AT keys
+            if self._is_new(key):
+                yield key
+        gone = self._gone
+        for key in reversed(self._sealed):
+            if key not in gone:
+                yield key
+
     def items(self) -> Any:
         if self._only_added():
             return chain(self._sealed.items(), self._recent.items())

@@ -146,9 +146,14 @@ class History:
         self._latest: dict[str, str] = {}  # namespace -> latest id, kept while only appending
         self.line_count = 0  # complete lines of the string this history was read from or rendered to
         self.size = 0  # characters of those lines, newlines included
+        # Whether the entries stand in the order of their ids (LangGraph's ids grow with time, so
+        # they do unless puts arrived out of order): then the newest are the last (`newest`).
+        self.in_id_order = True
+        self._max_id = ""
         self.holds_trimmed = False  # the string still holds lines a later floor trimmed (see `_apply_floor`)
         self.floors_appended = 0  # dropped lines read or appended after checkpoint lines
         self._calls: set[str] = set()  # subgraph-call namespaces seen (some may be gone since)
+        self._awaited: set[Key] = set()  # parents named by a checkpoint before they were stored
 
     def clone(self) -> History:
         """A copy to change while readers keep using this one (entries are copied on write)."""
@@ -160,9 +165,11 @@ class History:
         other._latest = dict(self._latest)
         other.line_count = self.line_count
         other.size = self.size
+        other.in_id_order, other._max_id = self.in_id_order, self._max_id
         other.holds_trimmed = self.holds_trimmed
         other.floors_appended = self.floors_appended
         other._calls = set(self._calls)
+        other._awaited = set(self._awaited)
         return other
 
     # --- reading and writing -------------------------------------------------
@@ -273,6 +280,12 @@ class History:
                         f"repeats channel {channel!r} of checkpoint {line.parent}, which holds no value there",
                         thread_id=self.thread_id, line=number,
                     )
+        if line.parent is not None and (line.ns, line.parent) not in self.entries:
+            self._awaited.add((line.ns, line.parent))
+        self._awaited.discard(key)
+        if old is None:
+            self.in_id_order = self.in_id_order and line.id > self._max_id
+            self._max_id = max(self._max_id, line.id)
         self.entries[key] = Entry(line, old.writes if old else self.orphans.pop(key, {}), base)
         if is_call(line.ns):
             self._calls.add(line.ns)
@@ -297,6 +310,13 @@ class History:
             return True
         current = self.entries.get((base.line.ns, base.line.id))
         return current is not None and current.line is base.line
+
+    def newest(self) -> Iterator[Entry]:
+        """Every entry, newest id first: walked from the end when the entries stand in id order,
+        so taking the first few costs as much as they do, whatever the length of the thread."""
+        if self.in_id_order:
+            return (self.entries[key] for key in reversed(self.entries))
+        return iter(sorted(self.entries.values(), key=lambda e: e.line.id, reverse=True))
 
     def in_ns(self, ns: str) -> list[Entry]:
         return [e for (n, _), e in self.entries.items() if n == ns]
@@ -340,7 +360,7 @@ class History:
         `keep_finished_calls`: see `finished_calls`."""
         key = (line.ns, line.id)
         in_place = key in self.entries
-        if line.parent == line.id or (in_place and line.id in self.parent_chain(line.ns, line.parent)):
+        if line.parent == line.id or ((in_place or key in self._awaited) and self._would_cycle(line)):
             raise UsageError(f"checkpoint {line.id} cannot be its own ancestor (its parent is {line.parent})")
         head = self.latest(line.ns)  # before this put
         self._add_line(line)
@@ -355,6 +375,31 @@ class History:
         """Fold writes into their checkpoint; the line to append, or None if nothing changed."""
         changed = merge_writes(self._writes_for((ns, cid)), task_id, path, writes)
         return WritesLine(ns, cid, task_id, path, changed) if changed else None
+
+    def _would_cycle(self, line: CheckpointLine) -> bool:
+        """Whether storing `line` closes a loop of parent links: its parent's ancestors lead back
+        to it. Only a checkpoint already stored, or named as a parent by one (`_awaited`), can."""
+        chain = self.parent_chain(line.ns, line.parent)
+        return line.id in chain or (bool(chain) and self.entries[(line.ns, chain[-1])].line.parent == line.id)
+
+    def cycles(self) -> list[Key]:
+        """The checkpoints whose parent links loop (a hand edit, or an import of one): a reader
+        stops there, `verify` reports them."""
+        looping: list[Key] = []
+        for ns in self.namespaces():
+            parent_of = {e.line.id: e.line.parent for e in self.in_ns(ns)}
+            state: dict[str, int] = {}  # 1: on the walk under way, 2: done
+            for start in parent_of:
+                walk, cid = [], start
+                while cid is not None and cid in parent_of and cid not in state:
+                    state[cid] = 1
+                    walk.append(cid)
+                    cid = parent_of[cid]
+                if cid is not None and state.get(cid) == 1:  # came back to this walk: a loop
+                    looping.extend((ns, member) for member in walk[walk.index(cid):])
+                for member in walk:
+                    state[member] = 2
+        return looping
 
     def parent_chain(self, ns: str, cid: str | None) -> list[str]:
         """`cid` and its stored ancestors in `ns`, newest first; stops at a cycle."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from itertools import islice
 import threading
 from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
 from typing import Any, cast
@@ -38,6 +39,9 @@ from telar_checkpoint.stores.file import FileStore
 from telar_checkpoint.writer_locks import AsyncTurns, Batch, Lingers, Turns, WriterLocks, carrying
 
 DEFAULT_DIRECTORY = ".telar-checkpoint"
+# A thread's history larger than this (characters) is parsed, and its checkpoint decoded, on a
+# worker thread by the async methods, not on the event loop (about 9 ms of parsing).
+OFF_LOOP_CHARS = 256 * 1024
 WRITES_LINGER = 0.002  # at most, seconds a put_writes may wait for the next write to carry its lines
 Version = int | str
 _Lines = tuple[Hashable, History, str]  # what to append: the version it needs, the history it makes, the text
@@ -160,7 +164,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         if cached is not None:
             return cached
         text = await self.store.aread(thread_id)
-        return self._parsed(thread_id, version, text, await self.store.aversion(thread_id) if version is not None else None)
+        version_after = await self.store.aversion(thread_id) if version is not None else None
+        if text is not None and len(text) > OFF_LOOP_CHARS:  # parsing takes about 35 ms a MB
+            return await asyncio.to_thread(self._parsed, thread_id, version, text, version_after)
+        return self._parsed(thread_id, version, text, version_after)
 
     def _after_update(self, thread_id: str, new: str | None, version: Hashable | None) -> None:
         if new is not None and version is not None:
@@ -369,8 +376,12 @@ class TelarSaver(BaseCheckpointSaver[Version]):
 
         return matches
 
-    def _listed(self, history: History, matches: Any) -> list[Entry]:
-        return sorted((e for e in history.entries.values() if matches(e)), key=lambda e: e.line.id, reverse=True)
+    @staticmethod
+    def _listed(history: History, matches: Any, limit: int | None) -> list[Entry]:
+        """The entries that match, newest first, at most `limit` (cost independent of the
+        thread's length when the entries stand in id order, see `History.newest`)."""
+        found = (e for e in history.newest() if matches(e))
+        return list(found if limit is None else islice(found, max(limit, 0)))
 
     def _record(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata) -> tuple[str, CheckpointRecord]:
         thread_id, ns = _thread_and_ns(config)
@@ -428,7 +439,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         matches = self._matches(config, filter, before)
         threads = [_thread_and_ns(config)[0]] if config else sorted(self.store.keys())
         for thread_id in threads:
-            for entry in self._listed(self._history(thread_id), matches):
+            for entry in self._listed(self._history(thread_id), matches, limit):
                 if limit is not None and limit <= 0:
                     return
                 yield self._tuple(thread_id, entry)
@@ -476,7 +487,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):
     # --- async API: the same logic on the store's async methods ---------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._get(config, await self._ahistory(_thread_and_ns(config)[0]))
+        history = await self._ahistory(_thread_and_ns(config)[0])
+        if history.size > OFF_LOOP_CHARS:  # decoding a large state would hold up the event loop
+            return await asyncio.to_thread(self._get, config, history)
+        return self._get(config, history)
 
     async def alist(
         self,
@@ -489,7 +503,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         matches = self._matches(config, filter, before)
         threads = [_thread_and_ns(config)[0]] if config else sorted(await self.store.akeys())
         for thread_id in threads:
-            for entry in self._listed(await self._ahistory(thread_id), matches):
+            for entry in self._listed(await self._ahistory(thread_id), matches, limit):
                 if limit is not None and limit <= 0:
                     return
                 yield self._tuple(thread_id, entry)

@@ -47,6 +47,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "corrupt-line": ("error", "a complete line that is not JSON or not a record of ours"),
     "unknown-format": ("error", "a line with no format version, or one this release does not read"),
     "missing-parent": ("error", "a checkpoint's parent is neither stored nor recorded as dropped"),
+    "cycle": ("error", "checkpoints whose parent links loop: a checkpoint is its own ancestor"),
     "missing-base": ("error", "a checkpoint that appends to the lists of one that is not stored before it"),
     "missing-owner": ("error", "a subgraph checkpoint's parent-graph checkpoint is neither stored nor dropped"),
     "orphan-writes": ("warning", "pending writes for a checkpoint older than the latest that was never stored: "
@@ -177,6 +178,9 @@ class _Checker:
                 self.add(number, "value", f"the value of channel {channel!r} does not load: {exc}")
 
     def check_links(self, history: History) -> None:
+        for ns, cid in history.cycles():
+            self.add(self.checkpoint_lines.get((ns, cid)), "cycle", f"checkpoint {cid}{_in(ns)} is its own "
+                     "ancestor: its parent links loop (reads stop there; `repair` cannot mend it, edit a parent)")
         for (ns, cid), entry in history.entries.items():
             number = self.checkpoint_lines.get((ns, cid))
             parent = entry.line.parent

@@ -581,3 +581,21 @@ def test_max_history_bounds_the_stored_characters_not_only_the_lines(changing) -
         largest = max(largest, len(text))
     kept = 3 if changing else 1  # values held whole by the three kept checkpoints
     assert largest <= 2 * kept * len(blob) + 2 * 256 * 1024 + len(blob), largest
+
+
+def test_a_loop_closed_by_a_checkpoint_named_as_a_parent_before_it_was_stored_is_refused() -> None:
+    """An import puts lines in stored order: A names B as its parent before B comes."""
+    text = build(record(1, 2, 0))  # 1's parent, 2, is not stored yet
+    with pytest.raises(UsageError, match="00000002 cannot be its own ancestor"):
+        codec.append(text, record(2, 1, 1))
+    assert ids(codec.append(text, record(2, None, 1))) == ["00000001", "00000002"]
+
+
+def test_verify_reports_a_loop_of_parent_links() -> None:
+    from telar_checkpoint.verify import verify_thread
+
+    text = build(record(1, None, 0), record(2, 1, 1), record(3, 2, 2))
+    looped = text.replace('"id":"00000001","parent":null', '"id":"00000001","parent":"00000003"')
+    found = [p for p in verify_thread("t", looped) if p.code == "cycle"]
+    assert sorted(p.line for p in found) == [1, 2, 3] and all(p.severity == "error" for p in found)
+    assert verify_thread("t", text) == []

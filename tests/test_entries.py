@@ -67,3 +67,20 @@ def test_a_copy_costs_the_recent_layer_not_the_whole() -> None:
     entries = entries.copy()
     assert entries._sealed is not sealed and not entries._recent  # sealed again, once
     assert list(entries) == list(range(10_000 + SEAL_AT + 1))
+
+
+def test_reversed_gives_the_keys_last_first_whatever_the_layers_hold() -> None:
+    from telar_checkpoint.entries import SEAL_AT, Entries
+
+    plain: dict[int, str] = {}
+    entries: Entries[int, str] = Entries()
+    for step in range(3 * SEAL_AT):
+        entries = entries.copy()
+        for target in (plain, entries):
+            target[step] = f"v{step}"
+            if step % 7 == 3:
+                target[step - 2] = "replaced"  # keeps its place
+            if step % 11 == 5:
+                del target[step - 4]
+                target[step - 4] = "again"  # goes to the end
+        assert list(reversed(entries)) == list(reversed(plain))

@@ -274,3 +274,41 @@ def test_what_is_stored_is_the_value_as_given_not_as_changed_while_it_waits(call
     assert got.checkpoint["channel_values"]["msgs"] == [{"text": "as given"}]
     if call == "put_writes":
         assert got.pending_writes == [("task-1", "msgs", {"text": "as given"})]
+
+
+async def test_async_reads_of_a_large_history_parse_and_decode_off_the_event_loop(monkeypatch) -> None:
+    """Issue 19: the README promises async methods never block the event loop."""
+    from telar_checkpoint import saver as saver_module
+
+    saver = TelarSaver(MemoryStore())
+    for small in (True, False):
+        saver.store.delete("t")
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"], checkpoint["channel_versions"] = {"doc": "x" * (10 if small else 400_000)}, {"doc": 1}
+        saver.put(config(), checkpoint, {"source": "input", "step": -1, "parents": {}}, {"doc": 1})
+        fresh = TelarSaver(saver.store)
+        threads = []
+        for name in ("_parsed", "_get"):
+            original = getattr(fresh, name)
+            monkeypatch.setattr(fresh, name, lambda *a, _o=original, **k: threads.append(threading.current_thread()) or _o(*a, **k))
+        assert (await fresh.aget_tuple(config())).checkpoint["channel_values"]["doc"] == checkpoint["channel_values"]["doc"]
+        on_loop = [t is threading.main_thread() for t in threads]
+        assert on_loop == ([True, True] if small else [False, False]), (small, on_loop)
+    assert saver_module.OFF_LOOP_CHARS < 400_000
+
+
+def test_list_with_a_limit_costs_what_it_returns_not_the_threads_length() -> None:
+    saver = TelarSaver(MemoryStore())
+    config_ = config()
+    for i in range(300):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"], checkpoint["channel_versions"] = {"n": i}, {"n": i + 1}
+        config_ = saver.put(config_, checkpoint, {"source": "loop", "step": i, "parents": {}}, {"n": i + 1})
+    examined = []
+    matches = saver._matches
+    saver._matches = lambda *a: (lambda entry, _m=matches(*a): examined.append(entry) or _m(entry))  # type: ignore[method-assign]
+    newest = list(saver.list(config(), limit=2))
+    assert [t.checkpoint["channel_values"]["n"] for t in newest] == [299, 298]
+    assert len(examined) == 2
+    examined.clear()
+    assert len(list(saver.list(config()))) == 300 and len(examined) == 300
