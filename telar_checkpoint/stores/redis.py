@@ -364,12 +364,9 @@ class RedisStore(Store):
         direct = not client.single_connection_client and getattr(client.connection_pool, "cache", None) is None
         return _AsyncClient(client, direct)
 
-    async def _async_client(self) -> _AsyncClient:
-        return self._async.current() or await self._async.get()
-
     async def _acommand(self, *args: Any) -> Any:
         """`_command` on the running loop's client."""
-        client, direct = await self._async_client()
+        client, direct = self._async.current() or await self._async.get()
         if not direct:
             return await client.execute_command(*args)
         pool = client.connection_pool
@@ -407,7 +404,7 @@ class RedisStore(Store):
         return (await self.aupdate_versioned(key, change))[0]
 
     async def aupdate_versioned(self, key: str, change: Change) -> tuple[str | None, Version | None]:
-        client = (await self._async_client()).client
+        client = (self._async.current() or await self._async.get()).client
         keys = self._raw_keys_of(key)
         with self._errors():
             if not self._ready:
@@ -429,12 +426,12 @@ class RedisStore(Store):
         raise StoreError(f"thread {key!r}: gave up after {MAX_ATTEMPTS} conflicting updates on {self.server}")
 
     async def adelete(self, key: str) -> None:
-        client = (await self._async_client()).client
+        client = (self._async.current() or await self._async.get()).client
         with self._errors():
             await client.delete(*self._raw_keys_of(key))
 
     async def akeys(self) -> list[str]:
-        client = (await self._async_client()).client
+        client = (self._async.current() or await self._async.get()).client
         with self._errors():
             raw = [k async for k in client.scan_iter(match=_glob_escape(self._prefix) + b"*", count=1000)]
         return self._split(raw)[0]
