@@ -81,3 +81,51 @@ async def test_the_first_async_call_after_the_server_dropped_the_connections_suc
         assert time.monotonic() - started < WITHIN
     finally:
         await store.aclose()
+
+
+def test_a_postgres_delete_racing_the_first_write_of_a_thread_leaves_it_absent_or_whole(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug 11 of RELIABILITY.md, made deterministic: a delete whose first statement ran while an
+    update was creating the thread (its row not yet committed, so not seen), and whose next
+    statement ran after that update committed, deleted the new chunks but left the thread's row:
+    `keys()` listed a thread that `read` called absent."""
+    import threading
+
+    store = make_store("postgres", tmp_path, request)
+    store.write("other", "x\n")  # the tables exist
+    update_inside, delete_started, update_done = threading.Event(), threading.Event(), threading.Event()
+    delete_steps = store._delete_steps  # type: ignore[attr-defined]
+
+    def paused_delete_steps(key: str):  # type: ignore[no-untyped-def]
+        """The store's delete, pausing after its first statement until the update committed."""
+        steps = delete_steps(key)
+        rows = yield next(steps)
+        delete_started.set()
+        update_done.wait(5)
+        try:
+            while True:
+                rows = yield steps.send(rows)
+        except StopIteration as stop:
+            return stop.value
+
+    monkeypatch.setattr(store, "_delete_steps", paused_delete_steps)
+
+    def create(old: str | None) -> str:
+        update_inside.set()
+        delete_started.wait(2)  # the fixed delete waits for this update instead
+        return (old or "") + "line\n"
+
+    def update() -> None:
+        store.update("t", create)
+        update_done.set()
+
+    writer = threading.Thread(target=update)
+    writer.start()
+    assert update_inside.wait(5)
+    deleter = threading.Thread(target=store.delete, args=("t",))
+    deleter.start()
+    writer.join(10)
+    deleter.join(10)
+    assert not writer.is_alive() and not deleter.is_alive()
+    assert ("t" in set(store.keys())) == (store.read("t") is not None)

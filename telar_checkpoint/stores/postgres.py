@@ -195,9 +195,14 @@ class PostgresStore(Store):
         return new, rows[0][0]
 
     def _delete_steps(self, key: str) -> Steps:
-        """Runs in a transaction: the thread row first (waiting for an append), then its chunks."""
-        yield self._sql.delete_thread, (_key(key),)
-        yield self._sql.delete_chunks, (_key(key),)
+        """Runs in a transaction: lock the thread row as an update does (the upsert also waits for
+        an update creating the thread, whose row a plain DELETE would not see), then delete its
+        chunks and its row. Deleting the row first left, when an update creating the thread
+        committed between the two statements, a row without chunks (RELIABILITY.md bug 11)."""
+        raw_key = _key(key)
+        yield self._sql.lock_thread, (raw_key, _full_key(key))
+        yield self._sql.delete_chunks, (raw_key,)
+        yield self._sql.delete_thread, (raw_key,)
 
     def _keys_steps(self) -> Steps:
         rows = yield self._sql.keys, ()
