@@ -16,7 +16,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from telar_checkpoint import CheckpointCodec, TelarSaver

@@ -96,3 +96,21 @@ def test_event_loops_one_after_another_never_hang_nor_leak(kind: str, tmp_path: 
     # were 12 on Redis before, kept until collected; Postgres hung first).
     assert server_connections(store) <= 1
     saver.store.close()
+
+
+def test_a_loop_closed_by_hand_has_its_postgres_connections_closed_by_the_next(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A loop closed without asyncio.run's shutdown step (``loop.close()`` by hand) cannot close
+    its connections itself: the next loop that uses the store closes them."""
+    store = make_store("postgres", tmp_path, request)
+    store.write("t", "v\n")
+    for _ in range(5):
+        loop = asyncio.new_event_loop()
+        try:
+            assert loop.run_until_complete(asyncio.wait_for(store.aread("t"), 10)) == "v\n"
+        finally:
+            loop.close()
+    assert server_connections(store) <= 2  # the sync one and the last closed loop's
+    assert run_bounded(lambda: asyncio.run(store.aread("t")), 20, "a loop hung") == "v\n"
+    assert server_connections(store) <= 1

@@ -59,9 +59,9 @@ class PerLoop(Generic[Resource]):
                 started = False
             else:
                 started = True
-            ended = [(other, self._held.pop(other)[0]) for other in list(self._held) if other.is_closed()]
-        for _, resource in ended:
-            self._abandon(resource)
+            ended = [self._held.pop(other)[1] for other in list(self._held) if other.is_closed()]
+        for watcher in ended:
+            _end(watcher)
         if not started:
             await held[1].__anext__()  # runs to its yield: the loop now closes it at shutdown
         self._last = (loop, held[0])
@@ -76,10 +76,13 @@ class PerLoop(Generic[Resource]):
                     del self._held[loop]
                 if self._last is not None and self._last[1] is resource:
                     self._last = None
-            try:
-                await asyncio.wait_for(self._aclose(resource), CLOSE_TIMEOUT)
-            except (Exception, asyncio.CancelledError):  # a loop's shutdown must end: let go instead
+            if loop.is_closed():  # ended by `_end`, outside its loop
                 self._abandon(resource)
+            else:
+                try:
+                    await asyncio.wait_for(self._aclose(resource), CLOSE_TIMEOUT)
+                except (Exception, asyncio.CancelledError):  # a loop's shutdown must end: let go instead
+                    self._abandon(resource)
 
     async def aclose(self) -> None:
         """Close the running loop's resource now (the next use makes a new one), and let go of
@@ -94,17 +97,26 @@ class PerLoop(Generic[Resource]):
     def close(self) -> None:
         """Let go of the resources of closed loops (those of running loops close with their loop)."""
         with self._lock:
-            ended = [self._held.pop(other)[0] for other in list(self._held) if other.is_closed()]
+            ended = [self._held.pop(other)[1] for other in list(self._held) if other.is_closed()]
             if self._last is not None and self._last[0].is_closed():
                 self._last = None
-        for resource in ended:
-            self._abandon(resource)
+        for watcher in ended:
+            _end(watcher)
 
     def forget(self) -> None:
         """Start afresh in a forked child, never closing what the parent holds: the child shares
         its parent's sockets, and closing one would end the parent's connection."""
         INHERITED.append(self._held)  # kept for ever: never collected, so never closed
         self._lock, self._held, self._last = threading.Lock(), {}, None  # the parent's lock may be held
+
+
+def _end(watcher: AsyncGenerator[None, None]) -> None:
+    """Run the ``finally`` of a closed loop's `_until_shutdown` here, without the loop (it then
+    abandons its resource): left to the collector, it would ask the closed loop to run it."""
+    try:
+        watcher.aclose().send(None)
+    except StopIteration:
+        pass
 
 
 INHERITED: list[object] = []
