@@ -47,6 +47,23 @@ Version = int | str
 _Lines = tuple[Hashable, History, str]  # what to append: the version it needs, the history it makes, the text
 
 
+def _open_store(target: str | os.PathLike[str] | None) -> Store:
+    """The store a path or URL given to `TelarSaver` names; an existing file is refused (it
+    would fail later, on the first write), a string with ``://`` is a URL (see `open_store`)."""
+    if isinstance(target, str) and "://" in target:
+        from telar_checkpoint.stores.url import open_store
+
+        return open_store(target)
+    directory = os.fspath(target or DEFAULT_DIRECTORY)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UsageError(
+            f"{directory!r} is a file, not a directory: TelarSaver keeps each thread as a file in a "
+            "directory. Give a directory (made if missing), a store URL such as sqlite:///checkpoints.db, "
+            "or a Store"
+        )
+    return FileStore(directory)
+
+
 def _thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
     configurable = config.get("configurable") or {}
     if "thread_id" not in configurable:
@@ -61,8 +78,12 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
 class TelarSaver(BaseCheckpointSaver[Version]):
     """A LangGraph checkpointer that keeps each thread as readable JSON lines in a store.
 
-    `store` is a `Store`, a directory path (a `FileStore`), or None for
-    `./.telar-checkpoint`. `max_history` keeps the last N checkpoints of each
+    `store` is a `Store`, a directory path (a `FileStore`, the directory made if
+    missing), None for `./.telar-checkpoint`, or a store URL (a string with
+    ``://``, as `from_conn_string` takes: ``sqlite:///x.db``, ``postgresql://...``,
+    ``redis://...``). A store the saver opened from a path or URL is the saver's:
+    ``with TelarSaver(url) as saver:`` closes it (or ``saver.store.close()``).
+    `max_history` keeps the last N checkpoints of each
     thread (None: unbounded). `serde` serializes state values (default: the
     readable `JsonSerializer`; any LangGraph `SerializerProtocol` works).
     `keep_finished_subgraphs` keeps a finished subgraph call's checkpoints while
@@ -82,7 +103,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         check_max_history(max_history)
         serde = serde or JsonSerializer()
         super().__init__(serde=serde)
-        self.store: Store = store if isinstance(store, Store) else FileStore(store or DEFAULT_DIRECTORY)
+        self.store: Store = store if isinstance(store, Store) else _open_store(store)
         self.max_history = max_history
         self.codec = CheckpointCodec(serde, keep_finished_subgraphs=keep_finished_subgraphs)
         self._histories = VersionedHistories()

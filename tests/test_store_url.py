@@ -100,3 +100,21 @@ def test_missing_driver_says_what_to_install(url: str, driver: str, extra: str, 
 def test_malformed_server_urls(url: str) -> None:
     with pytest.raises(UsageError, match="not a (Redis URL|PostgreSQL connection string)"):
         open_store(url)
+
+
+def test_local_path_and_scheme_read_every_form_once() -> None:
+    """`scheme` and `local_path` are the one reading of store URLs (the CLI and migration's too)."""
+    from telar_checkpoint.stores.url import local_path, scheme
+
+    cases = {
+        "runs/store": (None, Path("runs/store")),
+        "C:store": (None, Path("C:store")),  # a Windows drive, not a scheme
+        "file:///srv/store": ("file", Path("/srv/store")),
+        "sqlite:///rel.db": ("sqlite", Path("rel.db")),
+        "SQLite:////abs.db": ("sqlite", Path("/abs.db")),
+        "langgraph+sqlite:///lg.sqlite": ("langgraph+sqlite", Path("lg.sqlite")),
+        "postgresql://u@h/db": ("postgresql", None),
+        "redis://h:6379/0": ("redis", None),
+        "memory://": ("memory", None),
+    }
+    assert {url: (scheme(url), local_path(url)) for url in cases} == cases

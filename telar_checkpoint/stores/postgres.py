@@ -1,9 +1,13 @@
-"""`PostgresStore`: each thread as ordered chunks in a PostgreSQL table, through psycopg 3 pools.
+"""`PostgresStore`: each thread as ordered chunks in a PostgreSQL table, through psycopg 3.
 
-Sync methods use a `psycopg_pool.ConnectionPool`; async methods use an
-`AsyncConnectionPool` opened lazily in the running event loop, so they never
-block it. Both pools check a connection before lending it, so a connection
-the server dropped is replaced and the next call after a failure succeeds.
+Sync methods lend connections from one `Connections`; async methods from the
+running event loop's `AsyncConnections`, made on the loop's first use and
+closed when the loop shuts down, so they never block a loop nor hang its
+shutdown, whether or not the store is closed (see `stores.postgres_connections`
+and `stores.event_loops`). A connection the server dropped is replaced before
+it is lent, so the first call after a restart, failover or idle timeout
+connects afresh and succeeds; a call whose connection dropped under it fails
+with `StoreError`, and the next one succeeds.
 
 Keys are stored as the UTF-8 bytes of the thread id (``bytea``, so NUL and any
 other character round-trip); values are ``text``, which cannot hold NUL or
@@ -22,19 +26,14 @@ thread) is migrated when first opened.
 Each operation is written once as a generator of ``(query, params)`` steps
 that receives each step's rows; a sync and an async driver run it. The
 operations of one statement (`read`, `version`, `append_if`) skip the
-generator and run their statement, pre-rendered to bytes, on a pooled
-connection directly. Before lending a connection, a pool polls its socket
-(no round trip): a connection the server closed has something to read (the
-server's farewell, or the end of the stream) and is then checked for real, and
-replaced if it fails.
+generator and run their statement, pre-rendered to bytes, on a lent
+connection directly.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
-import select
 import threading
 from collections.abc import Callable, Generator, Hashable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -44,12 +43,13 @@ try:
     import psycopg
     from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict
-    from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - exercised by simulating a missing driver
     raise ImportError(f"{exc}: PostgresStore needs psycopg; pip install 'telar-checkpoint[postgres]'") from exc
 
 from telar_checkpoint.errors import NoStoreError, StoreError, UsageError
 from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.event_loops import INHERITED, PerLoop
+from telar_checkpoint.stores.postgres_connections import AsyncConnections, Connections
 
 SCHEMA_VERSION = 2
 """The layout of our tables; 1 is migrated, a database recording a newer one is refused."""
@@ -105,17 +105,17 @@ class PostgresStore(Store):
         *,
         schema: str | None = None,
         table_prefix: str = "telar_",
-        min_size: int = 1,
         max_size: int = 8,
         timeout: float = 30.0,
         connect_timeout: float = 5.0,
         create: bool = True,
         **connect_kwargs: Any,
     ) -> None:
-        """`conninfo`: a libpq URL or key=value string; `timeout`: seconds to wait for a pooled
-        connection; `connect_timeout`: seconds to wait for the server; `connect_kwargs` go to
-        `psycopg.connect` (``application_name=...``, say); `create`: False opens only tables that
-        already exist, creating nothing (NoStoreError otherwise, naming another tool's tables)."""
+        """`conninfo`: a libpq URL or key=value string; `max_size`: connections lent at once (sync,
+        and per event loop); `timeout`: seconds to wait for one; `connect_timeout`: seconds to wait
+        for the server; `connect_kwargs` go to `psycopg.connect` (``application_name=...``, say);
+        `create`: False opens only tables that already exist, creating nothing (NoStoreError
+        otherwise, naming another tool's tables)."""
         self.conninfo = conninfo
         self.create = create
         self.schema = schema
@@ -124,15 +124,34 @@ class PostgresStore(Store):
         except psycopg.ProgrammingError as exc:
             raise UsageError(f"not a PostgreSQL connection string: {exc}") from exc
         self._kwargs = {"connect_timeout": max(2, round(connect_timeout)), **connect_kwargs, "autocommit": True}
-        self._pool_options = {"min_size": min_size, "max_size": max_size, "timeout": timeout}
+        self._limits = (max_size, timeout)
         self._sql = _Queries(schema, table_prefix)
         self._ready = False
-        self._pool: ConnectionPool | None = None
-        self._apool: AsyncConnectionPool | None = None
-        self._apool_task: asyncio.Task[AsyncConnectionPool] | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._hot: dict[str, bytes] | None = None
+        self._connections = Connections(self._connect, self.server, *self._limits)
+        self._async_connections: PerLoop[AsyncConnections] = PerLoop(
+            self._new_async_connections, AsyncConnections.aclose, AsyncConnections.close
+        )
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.conninfo, **self._kwargs)
+
+    async def _aconnect(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(self.conninfo, **self._kwargs)
+
+    def _new_async_connections(self) -> AsyncConnections:
+        return AsyncConnections(self._aconnect, self.server, *self._limits)
+
+    def _check_pid(self) -> None:
+        """In a forked child, start afresh: the parent's connections are its own (closing one
+        from here would end it for the parent), so they are kept, never used nor closed."""
+        if self._pid != os.getpid():
+            INHERITED.append(self._connections)
+            self._async_connections.forget()
+            self._pid, self._lock = os.getpid(), threading.Lock()
+            self._connections = Connections(self._connect, self.server, *self._limits)
 
     # Operations, each written once as steps
 
@@ -198,9 +217,14 @@ class PostgresStore(Store):
         return new, rows[0][0]
 
     def _delete_steps(self, key: str) -> Steps:
-        """Runs in a transaction: the thread row first (waiting for an append), then its chunks."""
-        yield self._sql.delete_thread, (_key(key),)
-        yield self._sql.delete_chunks, (_key(key),)
+        """Runs in a transaction: lock the thread row as an update does (the upsert also waits for
+        an update creating the thread, whose row a plain DELETE would not see), then delete its
+        chunks and its row. Deleting the row first left, when an update creating the thread
+        committed between the two statements, a row without chunks (RELIABILITY.md bug 11)."""
+        raw_key = _key(key)
+        yield self._sql.lock_thread, (raw_key, _full_key(key))
+        yield self._sql.delete_chunks, (raw_key,)
+        yield self._sql.delete_thread, (raw_key,)
 
     def _keys_steps(self) -> Steps:
         rows = yield self._sql.keys, ()
@@ -216,27 +240,37 @@ class PostgresStore(Store):
     def _errors(self) -> Iterator[None]:
         try:
             yield
-        except (psycopg.Error, PoolTimeout) as exc:
+        except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL server at {self.server}: {exc}".rstrip()) from exc
 
+    def _lender(self) -> Connections:
+        """The sync connections, once the tables are set up (in this process)."""
+        if self._pid != os.getpid():
+            self._check_pid()
+        if not self._ready:
+            with self._lock:
+                if not self._ready:
+                    with self._connections.connection() as conn, conn.transaction():
+                        _drive(self._setup_steps(), lambda q, p: _fetch(conn.execute(q, p)))
+                    self._ready = True
+        return self._connections
+
     def _run(self, steps: Steps, *, transaction: bool = False) -> Any:
-        with self._errors(), self._connection() as conn, conn.transaction() if transaction else nullcontext():
+        with self._errors(), self._lender().connection() as conn, conn.transaction() if transaction else nullcontext():
             return _drive(steps, lambda query, params: _fetch(conn.execute(query, params)))
 
     def _one(self, name: str, params: tuple[Any, ...]) -> Rows:
         """The rows of one statement of `_Queries.hot`, run in autocommit: the path of the
         frequent operations, without the steps driver or context managers."""
         try:
-            pool = self._pool
-            if pool is None or self._pid != os.getpid():
-                pool = self._open_pool()
-            conn = pool.getconn()
+            lender = self._connections if self._ready and self._pid == os.getpid() else self._lender()
+            conn = lender.get()
             try:
                 # Each hot statement returns rows (SELECT, or INSERT ... RETURNING).
                 return conn.execute(self._hot[name] if self._hot is not None else self._render(conn)[name], params).fetchall()
             finally:
-                pool.putconn(conn)
-        except (psycopg.Error, PoolTimeout) as exc:
+                lender.put(conn)
+        except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL server at {self.server}: {exc}".rstrip()) from exc
 
     def _render(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> dict[str, bytes]:
@@ -244,96 +278,52 @@ class PostgresStore(Store):
         self._hot = {name: query.as_bytes(conn) for name, query in self._sql.hot.items()}
         return self._hot
 
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        pool = self._pool
-        if pool is None or self._pid != os.getpid():
-            pool = self._open_pool()
-        with pool.connection() as conn:
-            yield conn
-
-    def _open_pool(self) -> ConnectionPool:
-        if self._pid != os.getpid():  # forked: the parent's pools and their threads are not ours
-            self._pid, self._lock, self._pool, self._apool, self._apool_task = os.getpid(), threading.Lock(), None, None, None
-        with self._lock:
-            if self._pool is None:
-                if not self._ready:
-                    with psycopg.connect(self.conninfo, **self._kwargs) as conn, conn.transaction():
-                        _drive(self._setup_steps(), lambda q, p: _fetch(conn.execute(q, p)))
-                    self._ready = True
-                self._pool = ConnectionPool(
-                    self.conninfo, kwargs=self._kwargs, check=_check_idle,
-                    open=True, name=f"telar-{self.server}", **self._pool_options,
-                )  # fmt: skip
-            return self._pool
-
     def close(self) -> None:
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+        """Close the idle connections (sync, and those of event loops that ended); the store
+        stays usable and connects again when next used."""
+        self._connections.close()
+        self._async_connections.close()
 
     # The async driver
 
+    async def _async_lender(self) -> AsyncConnections:
+        """The running loop's connections, once the tables are set up."""
+        if self._pid != os.getpid():
+            self._check_pid()
+        lender = await self._async_connections.get()
+        if not self._ready:
+            async with lender.connection() as conn, conn.transaction():
+                await _adrive(self._setup_steps(), conn)
+            self._ready = True
+        return lender
+
     async def _arun(self, steps: Steps, *, transaction: bool = False) -> Any:
         with self._errors():
-            pool = await self._async_pool()
-            async with pool.connection() as conn:
+            async with (await self._async_lender()).connection() as conn:
                 if not transaction:
                     return await _adrive(steps, conn)
                 async with conn.transaction():
                     return await _adrive(steps, conn)
 
     async def _aone(self, name: str, params: tuple[Any, ...]) -> Rows:
-        """`_one`, on the async pool."""
+        """`_one`, on the running loop's connections."""
         try:
-            task = self._apool_task  # the running loop's pool, when it is open: no need to await it
-            ready = task is not None and task.done() and not task.cancelled() and task.exception() is None
-            if ready and self._pid == os.getpid() and task.get_loop() is asyncio.get_running_loop():  # type: ignore[union-attr]
-                pool = task.result()  # type: ignore[union-attr]
-            else:
-                pool = await self._async_pool()
-            conn = await pool.getconn()
+            lender = self._async_connections.current() if self._ready and self._pid == os.getpid() else None
+            if lender is None:
+                lender = await self._async_lender()
+            conn = await lender.get()
             try:
                 cursor = await conn.execute(self._hot[name] if self._hot is not None else self._render(conn)[name], params)
                 return await cursor.fetchall()
             finally:
-                await pool.putconn(conn)
-        except (psycopg.Error, PoolTimeout) as exc:
+                lender.put(conn)
+        except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL server at {self.server}: {exc}".rstrip()) from exc
 
-    async def _async_pool(self) -> AsyncConnectionPool:
-        """The async pool of the running loop, opened on first use (a new loop gets a new pool)."""
-        loop = asyncio.get_running_loop()
-        task = self._apool_task
-        if self._pid != os.getpid():
-            self._pid, self._lock, self._pool, self._apool, task = os.getpid(), threading.Lock(), None, None, None
-        if task is None or task.get_loop() is not loop or (task.done() and task.exception() is not None):
-            task = self._apool_task = loop.create_task(self._open_async_pool())
-        return await asyncio.shield(task)
-
-    async def _open_async_pool(self) -> AsyncConnectionPool:
-        if not self._ready:
-            async with await psycopg.AsyncConnection.connect(self.conninfo, **self._kwargs) as conn:
-                async with conn.transaction():
-                    await _adrive(self._setup_steps(), conn)
-            self._ready = True
-        pool = AsyncConnectionPool(
-            # The async pool keeps psycopg's own check: polling the socket here left the pool's
-            # tasks unable to finish when a loop closed with the pool open (a hang, 1 run in 10).
-            self.conninfo, kwargs=self._kwargs, check=AsyncConnectionPool.check_connection,
-            open=False, name=f"telar-async-{self.server}", **self._pool_options,
-        )  # fmt: skip
-        await pool.open()
-        self._apool = pool
-        return pool
-
     async def aclose(self) -> None:
-        task, self._apool_task = self._apool_task, None
-        pool, self._apool = self._apool, None
-        if pool is not None and task is not None and task.get_loop() is asyncio.get_running_loop():
-            await pool.close()
-        await asyncio.to_thread(self.close)
+        """`close`, and close the running loop's connections now."""
+        await self._async_connections.aclose()
+        self.close()
 
     # The Store interface
 
@@ -458,28 +448,6 @@ class _Queries:
         self.delete_chunks = sql.SQL("DELETE FROM {} WHERE key = %s").format(chunks)
         self.keys = sql.SQL("SELECT coalesce(full_key, key) FROM {} WHERE version <> 0").format(threads)
         self.hot = {"read": self.read, "thread_version": self.thread_version, "append_if": self.append_if}
-
-
-if hasattr(select, "poll"):
-
-    def _readable(fd: int) -> bool:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(0))
-
-else:  # pragma: no cover - Windows
-
-    def _readable(fd: int) -> bool:
-        return bool(select.select([fd], [], [], 0)[0])
-
-
-def _check_idle(conn: psycopg.Connection[Any]) -> None:
-    """The pool's check before lending `conn`. An idle connection has nothing to read unless
-    the server spoke first (a terminated backend sends its error, then closes): only then is
-    it checked with a round trip, which raises when it is gone (and the pool replaces it)."""
-    if _readable(conn.pgconn.socket):
-        ConnectionPool.check_connection(conn)
-
 
 
 def _fetch(cursor: Any) -> Rows:

@@ -14,7 +14,7 @@ a Lua script applies it only if the token and length are still the ones read
 retried. The client does not retry commands by itself: a dropped connection is
 a `StoreError` naming the server, the value stays as it was, and the pool
 reconnects on the next call. Async methods use ``redis.asyncio``, with one
-client per event loop.
+client per event loop, closed when that loop shuts down (see `stores.event_loops`).
 
 The frequent commands (`read`, `version`, `append_if`, the compare-and-set)
 go straight to a connection of the client's pool (``send_command`` then
@@ -35,7 +35,7 @@ import random
 import time
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 try:
     import redis
@@ -47,6 +47,7 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating a missi
 
 from telar_checkpoint.errors import StoreError, StoredDataError, UsageError
 from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.event_loops import PerLoop
 
 try:  # redis>=7: with maintenance notifications on ("auto"), the asyncio pool skips its dead-connection check
     from redis.maint_notifications import MaintNotificationsConfig
@@ -217,7 +218,7 @@ class RedisStore(Store):
         params = self._client.connection_pool.connection_kwargs
         self.server = params.get("path") or f"{params.get('host', 'localhost')}:{params.get('port', 6379)}"
         self._ready = False
-        self._async: tuple[asyncio.AbstractEventLoop, Any, bool] | None = None
+        self._async: PerLoop[_AsyncClient] = PerLoop(self._new_async_client, _AsyncClient.aclose, _AsyncClient.abandon)
 
     def _raw_key(self, key: str) -> bytes:
         return self._values + _encode(key)
@@ -354,22 +355,19 @@ class RedisStore(Store):
 
     def close(self) -> None:
         self._client.close()
+        self._async.close()
 
     # Async: one client per event loop
 
-    def _async_client(self) -> Any:
-        loop = asyncio.get_running_loop()
-        held = self._async
-        if held is None or held[0] is not loop:
-            client = redis.asyncio.Redis.from_url(self.url, **self._options)
-            direct = not client.single_connection_client and getattr(client.connection_pool, "cache", None) is None
-            held = self._async = (loop, client, direct)
-        return held[1]
+    def _new_async_client(self) -> _AsyncClient:
+        client = redis.asyncio.Redis.from_url(self.url, **self._options)
+        direct = not client.single_connection_client and getattr(client.connection_pool, "cache", None) is None
+        return _AsyncClient(client, direct)
 
     async def _acommand(self, *args: Any) -> Any:
         """`_command` on the running loop's client."""
-        client = self._async_client()
-        if not self._async[2]:  # type: ignore[index]
+        client, direct = self._async.current() or await self._async.get()
+        if not direct:
             return await client.execute_command(*args)
         pool = client.connection_pool
         conn = await pool.get_connection()
@@ -406,7 +404,7 @@ class RedisStore(Store):
         return (await self.aupdate_versioned(key, change))[0]
 
     async def aupdate_versioned(self, key: str, change: Change) -> tuple[str | None, Version | None]:
-        client = self._async_client()
+        client = (self._async.current() or await self._async.get()).client
         keys = self._raw_keys_of(key)
         with self._errors():
             if not self._ready:
@@ -428,21 +426,33 @@ class RedisStore(Store):
         raise StoreError(f"thread {key!r}: gave up after {MAX_ATTEMPTS} conflicting updates on {self.server}")
 
     async def adelete(self, key: str) -> None:
-        client = self._async_client()
+        client = (self._async.current() or await self._async.get()).client
         with self._errors():
             await client.delete(*self._raw_keys_of(key))
 
     async def akeys(self) -> list[str]:
-        client = self._async_client()
+        client = (self._async.current() or await self._async.get()).client
         with self._errors():
             raw = [k async for k in client.scan_iter(match=_glob_escape(self._prefix) + b"*", count=1000)]
         return self._split(raw)[0]
 
     async def aclose(self) -> None:
-        held, self._async = self._async, None
-        if held is not None and held[0] is asyncio.get_running_loop():
-            await held[1].aclose()
+        await self._async.aclose()
         self.close()
+
+
+class _AsyncClient(NamedTuple):
+    """An event loop's client, and whether its commands may go straight to a connection."""
+
+    client: Any
+    direct: bool
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def abandon(self) -> None:
+        """A client whose loop closed without shutting down: its connections cannot be closed
+        without the loop, and close when collected."""
 
 
 def _decodable(raw: bytes) -> bool:

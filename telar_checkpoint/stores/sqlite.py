@@ -30,6 +30,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,6 +80,7 @@ class _Connection(sqlite3.Connection):
     """A connection that remembers its ``synchronous`` setting, to switch it only when needed."""
 
     synchronous = "NORMAL"  # as `_connect` sets it
+    writing = False  # running a write statement outside a transaction (an append)
 
     def use(self, synchronous: str) -> None:
         """Commit with ``synchronous`` "FULL" (the commit syncs the WAL) or "NORMAL" (it does not)."""
@@ -124,9 +126,11 @@ class SQLiteStore(DeferredAppends, Store):
         self._commit_lock = threading.Lock()  # held while a write commits and is counted
         self._idle: list[_Connection] = []  # connections no operation holds, most recent last
         self._generation = 0  # bumped by close(), so connections lent before it are closed on return
+        self._lent: set[_Connection] = set()  # for a forked child, to tell whether a write was under way
         self._pid = os.getpid()
         self._ready = False
         self._commits = GroupCommit()
+        _OPEN_STORES.add(self)
 
     # Connections
 
@@ -138,16 +142,19 @@ class SQLiteStore(DeferredAppends, Store):
         with self._errors():
             with self._lock:
                 if self._pid != os.getpid():  # forked: the parent's connections and locks are not ours
-                    self._pid, self._idle = os.getpid(), []
+                    self._pid, self._idle, self._lent = os.getpid(), [], set()
                     self._commit_lock, self._commits = threading.Lock(), GroupCommit()
                 conn = self._idle.pop() if self._idle else None
                 generation = self._generation
             if conn is None:
                 conn = self._connect()
+            with self._lock:
+                self._lent.add(conn)
             try:
                 yield conn
             finally:
                 with self._lock:
+                    self._lent.discard(conn)
                     keep = generation == self._generation and len(self._idle) < IDLE_KEPT and not conn.in_transaction
                     if keep:
                         self._idle.append(conn)
@@ -205,6 +212,7 @@ class SQLiteStore(DeferredAppends, Store):
             raise not_ours(where, tables, postgres=False, langgraph_url=f"langgraph+sqlite:///{self.path}")
 
     def _setup(self, conn: sqlite3.Connection) -> None:
+        self._refuse_if_forked_mid_write()
         if not self.create:  # the tables are there (`_require_ours`); only their version is checked
             version = int(conn.execute(_VERSION).fetchone()[0])
         else:
@@ -250,6 +258,19 @@ class SQLiteStore(DeferredAppends, Store):
         except OSError as exc:
             raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
 
+    def _refuse_if_forked_mid_write(self) -> None:
+        """A child forked while its parent was writing this database cannot write it: SQLite keeps
+        the parent's lock in the child's memory, where nothing ever releases it, so every write
+        would wait `timeout` seconds and fail, for the life of the child. Say so at once."""
+        if _FORKED_MID_WRITE and os.path.realpath(self.path) in _FORKED_MID_WRITE:
+            raise StoreError(
+                f"SQLite database {self.path}: this process was forked while its parent was writing to "
+                "the database, and SQLite cannot write it from such a child (the parent's lock stays "
+                "held in the child's copy of SQLite; https://sqlite.org/howtocorrupt.html#fork). "
+                "Reads still work; write from a process started with 'spawn' or 'forkserver', or "
+                "fork before the parent writes"
+            )
+
     def close(self) -> None:
         with self._lock:
             connections, self._idle = self._idle, []
@@ -273,10 +294,15 @@ class SQLiteStore(DeferredAppends, Store):
         if not isinstance(version, int):
             return None
         raw_key = _encode(key)
+        self._refuse_if_forked_mid_write()
         with self._connection() as conn, self._commit_lock:
             durable = self.fsync and not batch and not self._commits.pending
             conn.use("FULL" if durable else "NORMAL")
-            cursor = conn.execute(_APPEND_IF, (raw_key, _encode(suffix), raw_key, version))
+            conn.writing = True
+            try:
+                cursor = conn.execute(_APPEND_IF, (raw_key, _encode(suffix), raw_key, version))
+            finally:
+                conn.writing = False
             if cursor.rowcount != 1:
                 return None
             if durable:  # synced by its commit, with every commit before it
@@ -304,6 +330,7 @@ class SQLiteStore(DeferredAppends, Store):
     def _commit(self) -> Iterator[_Connection]:
         """A connection for one write that commits with ``synchronous=NORMAL``; once it is
         counted, return when it is on disk."""
+        self._refuse_if_forked_mid_write()
         with self._connection() as conn:
             with self._commit_lock:
                 conn.use("NORMAL")
@@ -358,6 +385,23 @@ class SQLiteStore(DeferredAppends, Store):
             except UnicodeDecodeError:
                 found.append(f"telar_chunks key x'{raw.hex()}'")
         return sorted(found)
+
+
+_OPEN_STORES: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+_FORKED_MID_WRITE: set[str] = set()
+"""In a forked child: the databases (real paths) its parent was writing when it forked."""
+
+
+def _note_writes_under_way() -> None:
+    """In a forked child: remember the databases whose write (a transaction holding SQLite's
+    write lock, or an append statement) was under way in the parent, by SQLite's own state."""
+    for store in list(_OPEN_STORES):
+        if any(conn.in_transaction or conn.writing for conn in list(store._lent)):
+            _FORKED_MID_WRITE.add(os.path.realpath(store.path))
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_note_writes_under_way)
 
 
 def _joined(rows: list[tuple[int, bytes]], key: str) -> tuple[str | None, int | None]:

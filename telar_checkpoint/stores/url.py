@@ -4,12 +4,16 @@
 SQLAlchemy), ``postgresql://...`` (or ``postgres://``), ``redis://...`` (or ``rediss://``) and
 ``memory://``. Server stores connect on first use; an unreachable server is a `StoreError`
 naming it, and a missing driver is a `UsageError` saying what to install.
+
+This module is the one place that reads store URLs: `scheme`, `local_path` and `shown` serve
+the CLI and migration too.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -26,23 +30,42 @@ _DRIVERS = {
 }
 
 
-def _shown(url: str) -> str:
+def shown(url: str) -> str:
     """`url` for a message: a password in it is masked."""
     return re.sub(r"//([^/@:]*):[^/@]*@", r"//\1:***@", url)
 
 
-def _path(url: str, scheme: str) -> str:
-    """The local path a ``file:`` or ``sqlite:`` URL names (``sqlite:///x`` is relative)."""
+
+def scheme(url: str) -> str | None:
+    """The scheme of `url`, lower-cased (``langgraph+sqlite`` included), or None for a plain
+    path (a one-letter scheme without ``//`` is a Windows drive)."""
+    match = _SCHEME.match(url)
+    return match.group(1).lower() if match and (len(match.group(1)) > 1 or "://" in url) else None
+
+
+def local_path(url: str) -> Path | None:
+    """The directory or database file that a plain path, ``file:`` or ``sqlite:`` URL (also
+    ``langgraph+sqlite:``) names; None for other URLs."""
+    kind = scheme(url)
+    if kind is None:
+        return Path(url)
+    if kind in ("file", "sqlite", "langgraph+sqlite"):
+        return Path(_path(url, kind))
+    return None
+
+
+def _path(url: str, kind: str) -> str:
+    """The local path a ``file:`` or ``sqlite:`` URL names (``sqlite:///x`` is relative, as in SQLAlchemy)."""
     parts = urlsplit(url)
     if parts.query or parts.fragment:
-        raise UsageError(f"store URL {url!r}: a {scheme} URL takes no query or fragment; pass options as arguments")
+        raise UsageError(f"store URL {url!r}: a {kind} URL takes no query or fragment; pass options as arguments")
     if parts.netloc not in ("", "localhost"):
-        raise UsageError(f"store URL {url!r}: a {scheme} URL names a local path, not a host ({parts.netloc!r})")
+        raise UsageError(f"store URL {url!r}: a {kind} URL names a local path, not a host ({parts.netloc!r})")
     path = unquote(parts.path)
-    if scheme == "sqlite" and url.startswith("sqlite:///"):
+    if kind != "file" and url[len(kind) :].startswith(":///"):
         path = path[1:]  # sqlite:///rel.db is relative, sqlite:////abs.db absolute
     if not path:
-        raise UsageError(f"store URL {url!r} names no path; e.g. {scheme}:///{'data.db' if scheme == 'sqlite' else 'dir'}")
+        raise UsageError(f"store URL {url!r} names no path; e.g. {kind}:///{'dir' if kind == 'file' else 'data.db'}")
     return path
 
 
@@ -52,7 +75,7 @@ def _server_store(kind: str, url: str, options: dict[str, Any]) -> Store:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UsageError(
-            f"store URL {_shown(url)!r}: the {driver} package is not installed; "
+            f"store URL {shown(url)!r}: the {driver} package is not installed; "
             f"pip install 'telar-checkpoint[{kind}]'"
         ) from exc
     store: Store = getattr(module, class_name)(url, **options)
@@ -65,30 +88,29 @@ def open_store(url: str, **options: Any) -> Store:
     >>> open_store("memory://").kind
     'memory'
     """
-    match = _SCHEME.match(url)
-    scheme = match.group(1).lower() if match and (len(match.group(1)) > 1 or "://" in url) else None
+    kind = scheme(url)
     try:
-        if scheme is None or scheme == "file":
+        if kind is None or kind == "file":
             from telar_checkpoint.stores.file import FileStore
 
-            return FileStore(url if scheme is None else _path(url, "file"), **options)
-        if scheme == "sqlite":
+            return FileStore(url if kind is None else _path(url, "file"), **options)
+        if kind == "sqlite":
             from telar_checkpoint.stores.sqlite import SQLiteStore
 
             return SQLiteStore(_path(url, "sqlite"), **options)
-        if scheme in ("postgresql", "postgres"):
+        if kind in ("postgresql", "postgres"):
             return _server_store("postgres", url, options)
-        if scheme in ("redis", "rediss"):
+        if kind in ("redis", "rediss"):
             return _server_store("redis", url, options)
-        if scheme == "memory":
+        if kind == "memory":
             if url.rstrip("/") not in ("memory:", "memory:/") or options:
                 raise UsageError(f"store URL {url!r}: write memory:// (a memory store takes no path or options)")
             from telar_checkpoint.stores.memory import MemoryStore
 
             return MemoryStore()
     except TypeError as exc:
-        raise UsageError(f"store URL {_shown(url)!r}: bad option: {exc}") from exc
+        raise UsageError(f"store URL {shown(url)!r}: bad option: {exc}") from exc
     raise UsageError(
-        f"store URL {_shown(url)!r}: unknown scheme {scheme!r}; supported: "
+        f"store URL {shown(url)!r}: unknown scheme {kind!r}; supported: "
         "file:///dir (or a plain path), sqlite:///file.db, postgresql://..., redis://..., memory://"
     )
