@@ -15,6 +15,7 @@ from tests.graphs import (
     normalize,
     path_to_head,
     resume,
+    skip_async_interrupt_before_python_311,
     summary,
     with_interrupt,
 )
@@ -81,6 +82,7 @@ async def test_multi_step_invoked_twice(savers, api) -> None:
 
 
 async def test_interrupt_and_resume(savers, api) -> None:
+    skip_async_interrupt_before_python_311(api.mode)
     async def scenario(graph):
         paused = await api.invoke(graph, {"request": "deploy", "log": []}, config())
         at_pause = summary(await api.state(graph, config()))
@@ -95,6 +97,7 @@ async def test_interrupt_and_resume(savers, api) -> None:
 
 @pytest.mark.parametrize("depth", [1, 2])
 async def test_interrupt_inside_subgraph(savers, api, depth) -> None:
+    skip_async_interrupt_before_python_311(api.mode)
     async def scenario(graph):
         paused = await api.invoke(graph, {"request": "r", "log": []}, config())
         nested = summary(await api.state(graph, config(), subgraphs=True))
@@ -126,6 +129,7 @@ async def test_send_fan_out_reruns_only_the_failed_task(savers, api) -> None:
 
 @pytest.mark.parametrize("durability", ["sync", "async", "exit"])
 async def test_durability_modes(savers, api, durability) -> None:
+    skip_async_interrupt_before_python_311(api.mode)
     async def scenario(graph):
         paused = await api.invoke(graph, {"request": "d", "log": []}, config(), durability=durability)
         done = await api.invoke(graph, resume("fine"), config(), durability=durability)
@@ -138,6 +142,7 @@ async def test_durability_modes(savers, api, durability) -> None:
 async def test_time_travel_replaces_the_abandoned_branch(savers, api) -> None:
     """Replaying from an old checkpoint matches InMemorySaver, except that the branch it
     abandoned is dropped from the history once the replay moves on (documented in README)."""
+    skip_async_interrupt_before_python_311(api.mode)
 
     async def scenario(graph):
         await api.invoke(graph, {"log": [], "count": 0}, config())
@@ -149,6 +154,11 @@ async def test_time_travel_replaces_the_abandoned_branch(savers, api) -> None:
 
     (ref_out, ref_state, ref_hist, _), (out, state, hist, abandoned) = await both(savers, multi_step, scenario)
     assert (out, state) == (ref_out, ref_state)
+    if not any(s.metadata["source"] == "fork" for s in ref_hist):
+        # langgraph 1.0 replays without a fork checkpoint: the replay is a new branch, nothing
+        # is replaced, and both savers list both branches.
+        assert [summary(s) for s in hist] == [summary(s) for s in ref_hist]
+        return
     # InMemorySaver keeps both branches; ours keeps the path that led to the current state.
     ref_path = path_to_head(ref_hist)
     assert [summary(s) for s in hist] == [summary(s) for s in ref_path]

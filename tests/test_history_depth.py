@@ -11,7 +11,7 @@ from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
 from telar_checkpoint import CheckpointDroppedError, TelarSaver
-from tests.graphs import multi_step, nested_subgraphs, resume
+from tests.graphs import multi_step, nested_subgraphs, resume, skip_async_interrupt_before_python_311
 
 
 def config(thread: str = "t") -> dict:
@@ -39,6 +39,7 @@ def test_depth_holds_on_a_growing_thread(store) -> None:
 
 async def test_depth_holds_across_subgraph_namespaces(store) -> None:
     """Every subgraph call makes a namespace; N still bounds the whole thread."""
+    skip_async_interrupt_before_python_311("async")
     saver = TelarSaver(store, max_history=4)
     graph = nested_subgraphs(2).compile(checkpointer=saver)
     reference = nested_subgraphs(2).compile(checkpointer=InMemorySaver())
