@@ -11,12 +11,15 @@ from telar_checkpoint.errors import (
     ForeignDataError,
     SerializationError,
     StoreError,
+    StoreFullError,
     StoredDataError,
     TelarError,
     UnknownFormatError,
     UsageError,
 )
 from telar_checkpoint.format import FORMAT_V1, FORMAT_V2
+from telar_checkpoint.migration import migrate
+from telar_checkpoint.repairing import repair
 from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
@@ -35,10 +38,13 @@ __all__ = [
     "SerializationError",
     "Store",
     "StoreError",
+    "StoreFullError",
     "StoredDataError",
     "TelarError",
     "TelarSaver",
     "UnknownFormatError",
     "UsageError",
     "WriteRecord",
+    "migrate",
+    "repair",
 ]

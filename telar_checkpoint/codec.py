@@ -9,11 +9,9 @@ left behind, and `max_history` keeps the last N. See docs/FORMAT.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import operator
 
 import orjson
 
@@ -24,6 +22,8 @@ from telar_checkpoint._compat import writes_sort_key
 from telar_checkpoint.errors import CheckpointDroppedError, UsageError
 from telar_checkpoint.format import (
     PLAIN_CHECKPOINT_KEYS,
+    SAME,
+    is_same,
     CheckpointLine,
     plain_metadata,
     write_checkpoint,
@@ -61,78 +61,107 @@ class CheckpointRecord:
         return self.checkpoint["id"]
 
 
+@dataclass(slots=True, frozen=True)
+class PreparedRecord:
+    """A record with what it holds encoded at once (`CheckpointCodec.prepare`).
+
+    A saver takes turns with the other writers of a thread before it stores a put, and
+    LangGraph goes on changing the objects of its state meanwhile (with async durability the
+    next node runs while the put waits). Encoding when the put is given stores the value as
+    it was given, as LangGraph's own savers do."""
+
+    record: CheckpointRecord
+    metadata: dict[str, Any]  # plain JSON
+    extra: dict[str, Any]  # other checkpoint fields, encoded
+    values: dict[str, Any]  # channel -> encoded value, for the channels encoded at once
+    writes: list[tuple[str, int, str, Any, str]]  # (task, idx, channel, encoded value, path)
+
+
 class CheckpointCodec:
     """Encodes checkpoint records as JSON lines, state values through `serde` (default: `JsonSerializer`)."""
 
-    def __init__(self, serde: SerializerProtocol | None = None, *, cache_size: int = 64) -> None:
+    def __init__(
+        self, serde: SerializerProtocol | None = None, *, cache_size: int = 64, keep_finished_subgraphs: bool = False
+    ) -> None:
         self.values = ValueCodec(serde or JsonSerializer())
+        # Keep a finished subgraph call's checkpoints while the checkpoint it ran under is kept
+        # (see `History.finished_calls`); by default they go once the call is over.
+        self.keep_finished_subgraphs = keep_finished_subgraphs
         # Parsing is pure, so its results for the last string of recent threads are memoized.
         self.cache = ParseCache(cache_size)
 
     # --- records <-> lines ----------------------------------------------------
 
-    def _line(self, record: CheckpointRecord, history: History | None = None) -> tuple[CheckpointLine, dict[str, list[Any]]]:
-        """The record's line, and the items of each list channel it was encoded from."""
+    def prepare(self, record: CheckpointRecord, changed: Collection[str] | None = None) -> PreparedRecord:
+        """`record` with its metadata, writes, other fields and the values of the `changed`
+        channels (all when None) encoded now; the other channels hold their parent's value
+        (LangGraph passes the channels it changed as `new_versions`)."""
+        cp = record.checkpoint
+        channel_values = cp.get("channel_values", {})
+        wanted = channel_values.keys() if changed is None else [ch for ch in changed if ch in channel_values]
+        return PreparedRecord(
+            record,
+            plain_metadata(dict(record.metadata)),
+            {k: self.values.encode(v) for k, v in cp.items() if k not in PLAIN_CHECKPOINT_KEYS and k not in ("id", "channel_values")},
+            {ch: self.values.encode(channel_values[ch]) for ch in wanted},
+            self._writes_of(record),
+        )
+
+    def _line(self, prepared: PreparedRecord, history: History | None = None) -> CheckpointLine:
+        """The record's line; list channels that only grew since the parent stored as what they added."""
+        record = prepared.record
         cp = record.checkpoint
         parent = history.get(record.checkpoint_ns, record.parent_id) if history and record.parent_id else None
-        written = history.written.pop(record.checkpoint_ns, frozenset()) if history else frozenset()
-        values, appended, sources = self._values(cp.get("channel_values", {}), parent, written)
         plain = {k: cp[k] for k in PLAIN_CHECKPOINT_KEYS if k in cp}
-        extra = {
-            k: self.values.encode(v)
-            for k, v in cp.items()
-            if k not in PLAIN_CHECKPOINT_KEYS and k not in ("id", "channel_values")
-        }
+        values, appended = self._values(cp.get("channel_values", {}), prepared.values, plain.get("channel_versions") or {}, parent)
         line = CheckpointLine(
             ns=record.checkpoint_ns,
             id=cp["id"],
             parent=record.parent_id,
-            metadata=plain_metadata(dict(record.metadata)),
+            metadata=prepared.metadata,
             checkpoint=plain,
-            extra=extra,
+            extra=prepared.extra,
             values=values,
             appended=appended,
         )
         line.text = write_checkpoint(line)
-        return line, sources
+        return line
 
     def _values(
-        self, channel_values: dict[str, Any], parent: Entry | None, written: frozenset[int] = frozenset()
-    ) -> tuple[dict[str, Any], dict[str, list[Any]], dict[str, list[Any]]]:
-        """Encoded values, the list channels that only grew since `parent` (as the items
-        added), and the items each list was encoded from.
+        self, channel_values: dict[str, Any], encoded: dict[str, Any], versions: dict[str, Any], parent: Entry | None
+    ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+        """Encoded values, and the list channels that only grew since `parent` (as the items added).
 
-        A list whose first items are the very objects the parent's list was encoded
-        from encodes only the items after them: LangGraph updates state with the values
-        tasks return, so an object encodes the same unless it was handed back in a
-        pending write since (`written`, ids), say edited in place and returned, as
-        `add_messages` allows by id. Any other list is encoded whole and compared with
-        the parent's as JSON.
+        `encoded` holds the channels encoded when the put was given (`prepare`). Another
+        channel whose version is the parent's holds the parent's value: LangGraph gives a
+        channel a new version whenever it updates it, and its own savers store a value once
+        per version. So it is not encoded again: a list is stored as nothing added, another
+        value as the parent's encoding. Every other value is encoded whole, and a list is then
+        compared with the parent's as JSON (`_appended`): what is stored is the value given.
         """
         values: dict[str, Any] = {}
-        appended: dict[str, list[Any]] = {}
-        sources: dict[str, list[Any]] = {}
+        unchanged: dict[str, list[Any]] = {}
+        parent_versions = (parent.line.checkpoint.get("channel_versions") or {}) if parent is not None else {}
         for channel, value in channel_values.items():
-            if type(value) is list and value and self.values.lists_by_item:
-                sources[channel] = list(value)
-                # Taken, not shared: only the newest entry keeps its items (memory stays O(state)).
-                before = parent.sources.pop(channel, None) if parent is not None else None
-                if (
-                    before is not None
-                    and len(before) <= len(value)
-                    and all(map(operator.is_, before, value))
-                    and not (written and any(map(written.__contains__, map(id, before))))
-                ):
-                    added = self.values.encode(value[len(before) :])
-                    if parent.depth(channel) < MAX_CHAIN:  # type: ignore[union-attr]
-                        appended[channel] = added
-                    else:  # written whole again, from what the parent holds
-                        values[channel] = [*parent.value(channel), *added]  # type: ignore[union-attr]
-                    continue
+            if channel in encoded:
+                values[channel] = encoded[channel]
+                continue
+            version = versions.get(channel)
+            if version is not None and version == parent_versions.get(channel) and parent.has(channel):  # type: ignore[union-attr]
+                resolved = parent.value(channel)  # type: ignore[union-attr]
+                if parent.depth(channel) >= MAX_CHAIN:  # type: ignore[union-attr]
+                    values[channel] = resolved  # whole again: a reader never walks back more than MAX_CHAIN lines
+                elif type(resolved) is list and resolved:
+                    unchanged[channel] = []  # the parent's list, with nothing added
+                elif type(resolved) is dict:
+                    values[channel] = SAME  # the parent's value, by reference: it may be large
+                else:
+                    values[channel] = resolved  # a scalar or an empty list: as short as a reference
+                continue
             values[channel] = self.values.encode(value)
-        if parent is not None:
-            appended.update(_appended(values, parent))
-        return values, appended, sources
+        appended = _appended(values, parent) if parent is not None else {}
+        appended.update(unchanged)
+        return values, appended
 
     def _writes_of(self, record: CheckpointRecord) -> list[tuple[str, int, str, Any, str]]:
         return [(w.task_id, w.idx, w.channel, self.values.encode(w.value), w.task_path) for w in record.writes]
@@ -143,12 +172,11 @@ class CheckpointCodec:
         # A fresh copy: the parsed line is shared (memoized), and LangGraph changes what it gets.
         checkpoint: dict[str, Any] = orjson.loads(orjson.dumps(line.checkpoint))
         checkpoint["id"] = line.id
-        values = checkpoint["channel_values"] = {k: self.values.decode(v) for k, v in line.values.items()}
+        values = checkpoint["channel_values"] = {
+            k: self.values.decode(entry.value(k) if is_same(v) else v) for k, v in line.values.items()
+        }
         for channel in line.appended:
             values[channel] = self.values.decode(entry.value(channel))
-        if self.values.lists_by_item:
-            # LangGraph builds the next checkpoint from these objects: remember them (see `_values`).
-            entry.sources.update((ch, list(v)) for ch, v in values.items() if type(v) is list and v)
         for k, v in line.extra.items():
             checkpoint[k] = self.values.decode(v)
         writes = [
@@ -187,55 +215,66 @@ class CheckpointCodec:
         """Every checkpoint, oldest first, with its pending writes folded in."""
         return [self.record(e) for e in History.parse(thread_id, data).entries.values()]
 
-    def put_lines(self, history: History, record: CheckpointRecord, max_history: int | None = None) -> list[str] | None:
+    def put_lines(
+        self, history: History, record: CheckpointRecord | PreparedRecord, max_history: int | None = None
+    ) -> list[str] | None:
         """Put `record` into `history` (an editable clone); the lines to append to its string,
         or None when the string must be rewritten whole (`history.render()`)."""
         check_max_history(max_history)
-        line, sources = self._line(record, history)
-        rewrite = history.put(line, self._writes_of(record))
+        prepared = record if isinstance(record, PreparedRecord) else self.prepare(record, _changed(record, history))
+        record = prepared.record
+        line = self._line(prepared, history)
+        keep = self.keep_finished_subgraphs
+        rewrite = history.put(line, prepared.writes, keep_finished_calls=keep)
         entry = history.get(line.ns, line.id)
-        if sources and entry is not None:
-            entry.sources = sources  # the entry was made by this put: nobody shares it yet
         if rewrite or history.torn is not None:
             if max_history is not None:
-                history.trim(max_history)
+                history.trim(max_history, keep)
             return None
         added = [line.text]
         if record.writes and entry is not None:
             tasks = {w.task_id for w in record.writes}
             added.extend(History._writes_lines(line.ns, line.id, {k: v for k, v in entry.writes.items() if k[0] in tasks}))
-        history.line_count += len(added)
+        history.count_appended(added)
         if max_history is not None:
             before = dict(history.dropped)
-            cut = history.trim(max_history)
+            cut = history.trim(max_history, keep)
             if cut:
                 # Trimming appends floors, and rewrites only once the string holds twice what it needs.
                 floors = history.floor_lines(cut, before)
                 if floors is None:
                     return None
                 added.extend(floors)
-                history.line_count += len(floors)
+                history.count_appended(floors)
         return added
+
+    def encode_writes(self, writes: Sequence[tuple[int, str, Any]]) -> list[tuple[int, str, Any]]:
+        """Pending writes `(idx, channel, value)` with their values encoded (see `PreparedRecord`)."""
+        return [(idx, ch, self.values.encode(v)) for idx, ch, v in writes]
 
     def writes_lines(
         self, history: History, checkpoint_ns: str, checkpoint_id: str, task_id: str,
-        writes: Sequence[tuple[int, str, Any]], task_path: str = "",
+        encoded: Sequence[tuple[int, str, Any]], task_path: str = "",
     ) -> list[str] | None:
-        """Add pending writes `(idx, channel, value)` of one task to `history` (an editable clone);
-        the lines to append ([] when nothing changed), or None when it must be rewritten whole."""
-        encoded = [(idx, ch, self.values.encode(v)) for idx, ch, v in writes]
-        handed = {id(v) for _, _, v in writes} | {id(item) for _, _, v in writes if type(v) is list for item in v}
-        history.written[checkpoint_ns] = history.written.get(checkpoint_ns, frozenset()) | handed
-        line = history.add_writes(checkpoint_ns, checkpoint_id, task_id, task_path, encoded)
+        """Add pending writes `(idx, channel, encoded value)` of one task (`encode_writes`) to
+        `history` (an editable clone); the lines to append ([] when nothing changed), or None
+        when it must be rewritten whole."""
+        line = history.add_writes(checkpoint_ns, checkpoint_id, task_id, task_path, list(encoded))
         if history.torn is not None:
             return None
         if line is None:
             return []
-        history.line_count += 1
-        return [write_writes(line)]
+        added = [write_writes(line)]
+        history.count_appended(added)
+        return added
 
     def append(
-        self, stored: str | None, record: CheckpointRecord, max_history: int | None = None, *, thread_id: str | None = None
+        self,
+        stored: str | None,
+        record: CheckpointRecord | PreparedRecord,
+        max_history: int | None = None,
+        *,
+        thread_id: str | None = None,
     ) -> str:
         """`stored` with `record` added: replacing what it supersedes, then keeping the last `max_history`.
 
@@ -260,15 +299,31 @@ class CheckpointCodec:
         Regular writes (idx >= 0) already stored are kept as they are; special ones
         (negative idx: errors, interrupts, resumes) overwrite. Appends one line.
         """
+        return self.add_encoded_writes(
+            stored, checkpoint_ns, checkpoint_id, task_id, self.encode_writes(writes), task_path, thread_id=thread_id
+        )
+
+    def add_encoded_writes(
+        self,
+        stored: str | None,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        task_id: str,
+        encoded: Sequence[tuple[int, str, Any]],
+        task_path: str = "",
+        *,
+        thread_id: str | None = None,
+    ) -> str:
+        """`add_writes` for writes already encoded (`encode_writes`)."""
         history = self.cache.editable(thread_id, stored)
-        lines = self.writes_lines(history, checkpoint_ns, checkpoint_id, task_id, writes, task_path)
+        lines = self.writes_lines(history, checkpoint_ns, checkpoint_id, task_id, encoded, task_path)
         return self._result(thread_id, history, stored, lines)
 
     def trim(self, stored: str | None, max_history: int) -> str:
         """`stored` cut to its last `max_history` checkpoints (see `append`)."""
         check_max_history(max_history)
         history = History.parse(None, stored)
-        cut = history.trim(max_history)
+        cut = history.trim(max_history, self.keep_finished_subgraphs)
         return history.render() if cut or history.torn or history.holds_trimmed else stored or ""
 
     def remove_runs(self, stored: str | None, run_ids: set[str]) -> str | None:
@@ -283,7 +338,7 @@ class CheckpointCodec:
     def keep_latest(self, stored: str | None) -> str | None:
         """`stored` with only the latest checkpoint of each namespace (and what DeltaChannel needs)."""
         history = History.parse(None, stored)
-        return history.render() if history.keep_latest() or history.torn else stored
+        return history.render() if history.keep_latest(self.keep_finished_subgraphs) or history.torn else stored
 
     def find(self, thread_id: str, history: History, checkpoint_ns: str, checkpoint_id: str | None) -> Entry | None:
         """The entry asked for (the latest of the namespace when no id), or None if never held.
@@ -296,6 +351,18 @@ class CheckpointCodec:
         if entry is None and (reason := history.dropped_reason(checkpoint_ns, checkpoint_id)):
             raise CheckpointDroppedError(thread_id, checkpoint_ns, checkpoint_id, reason)
         return entry
+
+
+def _changed(record: CheckpointRecord, history: History) -> list[str]:
+    """The channels whose version differs from the parent checkpoint's (all, with no parent stored):
+    what LangGraph passes a put as `new_versions`, for a record given without them."""
+    cp = record.checkpoint
+    parent = history.get(record.checkpoint_ns, record.parent_id) if record.parent_id else None
+    if parent is None:
+        return list(cp.get("channel_values", {}))
+    versions = cp.get("channel_versions") or {}
+    before = parent.line.checkpoint.get("channel_versions") or {}
+    return [ch for ch in cp.get("channel_values", {}) if versions.get(ch) is None or versions.get(ch) != before.get(ch)]
 
 
 def _run_id(entry: Entry) -> str | None:
@@ -327,5 +394,5 @@ def _appended(values: dict[str, Any], parent: Entry) -> dict[str, list[Any]]:
 
 def check_max_history(max_history: int | None) -> None:
     """Refuse a history depth that is not a positive integer (None: unbounded)."""
-    if max_history is not None and (not isinstance(max_history, int) or max_history < 1):
+    if max_history is not None and (not isinstance(max_history, int) or isinstance(max_history, bool) or max_history < 1):
         raise UsageError(f"max_history must be a positive integer or None, not {max_history!r}")

@@ -13,7 +13,7 @@ import os
 from typing import Annotated, Any
 
 from telar_checkpoint.errors import UsageError
-from telar_checkpoint.inspect import thread_history
+from telar_checkpoint.inspection import thread_history
 from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.stores.file import FileStore
 

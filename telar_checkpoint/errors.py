@@ -15,6 +15,18 @@ class UsageError(TelarError, ValueError):
     """The caller asked for something that cannot be done (a bad argument or URL)."""
 
 
+class NoStoreError(UsageError):
+    """A URL or path names no store of ours: nothing is there, or another tool's data.
+
+    Raised by the commands that only read (and by migration sources), which
+    never create a store; the message says what is there and the likely fix.
+    """
+
+
+class ForeignStoreError(NoStoreError):
+    """A URL or path names another tool's data (a LangGraph saver's database, say)."""
+
+
 class StoreError(TelarError):
     """A store could not be reached or refused an operation.
 
@@ -22,6 +34,11 @@ class StoreError(TelarError):
     commit was under way: then the write may or may not have been applied
     (never twice), and reading the thread tells which.
     """
+
+
+class StoreFullError(StoreError):
+    """The disk or quota that holds a store is full: the write was refused whole, and what
+    was stored before is as it was. A rewrite needs room for a temporary copy of the thread."""
 
 
 class SerializationError(TelarError):
@@ -74,8 +91,11 @@ __all__ = [
     "CheckpointDroppedError",
     "CorruptLineError",
     "ForeignDataError",
+    "ForeignStoreError",
+    "NoStoreError",
     "SerializationError",
     "StoreError",
+    "StoreFullError",
     "StoredDataError",
     "TelarError",
     "UnknownFormatError",

@@ -22,6 +22,9 @@ from telar_checkpoint.errors import CorruptLineError, SerializationError, Unknow
 
 FORMAT_V1 = 1  # root-namespace lines (no subgraph); readable by every release
 FORMAT_V2 = 2  # lines saved inside a subgraph: adds "ns" and "parents"
+# orjson reads 1024 levels of nesting but writes 255: a line's metadata and plain checkpoint
+# fields are written again (a rewrite, a record handed to LangGraph), so deeper ones are refused.
+MAX_FIELD_DEPTH = 200
 # Plain fields of a LangGraph checkpoint kept as they are; others go to "extra".
 PLAIN_CHECKPOINT_KEYS = ("v", "ts", "channel_versions", "versions_seen", "updated_channels")
 
@@ -66,6 +69,18 @@ class DroppedLine:
 
 
 Line = CheckpointLine | WritesLine | DroppedLine
+
+# A channel value written as {"$same": null}: the parent checkpoint's value of that channel,
+# unchanged (its version is the parent's), so a large value is not stored again with every
+# checkpoint. A reader that predates it refuses the tag (it is no value a serializer writes:
+# their one-key objects are escaped), rather than read something else.
+SAME_TAG = "$same"
+SAME: dict[str, None] = {SAME_TAG: None}
+
+
+def is_same(value: Any) -> bool:
+    """Whether a stored channel value is the `SAME` reference to the parent's value."""
+    return type(value) is dict and len(value) == 1 and SAME_TAG in value
 
 
 def _head(kind: str, ns: str) -> dict[str, Any]:
@@ -167,9 +182,14 @@ def _read_checkpoint(f: _Fields, ns: str) -> CheckpointLine:
         raise f.fail("'parents' should map namespaces to checkpoint ids")
     if not isinstance(metadata.get("counters_since_delta_snapshot", {}), dict):
         raise f.fail("metadata 'counters_since_delta_snapshot' should be an object")
+    step = metadata.get("step")
+    if step is not None and type(step) is not int:
+        raise f.fail("metadata 'step' should be an integer")
     checkpoint = f.get("checkpoint", dict)
-    if not isinstance(checkpoint.get("channel_versions", {}), dict):
-        raise f.fail("checkpoint.channel_versions should be an object")
+    _check_checkpoint_fields(f, checkpoint)
+    for name, value in (("metadata", metadata), ("checkpoint", checkpoint)):
+        if _depth(value) > MAX_FIELD_DEPTH:
+            raise f.fail(f"field {name!r} is nested more than {MAX_FIELD_DEPTH} levels deep")
     values = f.get("values", dict)
     appended = f.get("appended", dict, optional=True) or {}
     if not all(isinstance(items, list) for items in appended.values()):
@@ -178,6 +198,8 @@ def _read_checkpoint(f: _Fields, ns: str) -> CheckpointLine:
         raise f.fail("a channel is both in 'values' and in 'appended'")
     if appended and f.doc.get("parent") is None:
         raise f.fail("field 'appended' needs a parent checkpoint to append to")
+    if f.doc.get("parent") is None and any(map(is_same, values.values())):
+        raise f.fail(f"a value {SAME_TAG} needs a parent checkpoint to repeat")
     return CheckpointLine(
         ns=ns,
         id=f.get("id", str),
@@ -188,6 +210,37 @@ def _read_checkpoint(f: _Fields, ns: str) -> CheckpointLine:
         values=values,
         appended=appended,
     )
+
+
+def _is_version(value: Any) -> bool:
+    return type(value) in (int, float, str)
+
+
+def _check_checkpoint_fields(f: _Fields, checkpoint: dict[str, Any]) -> None:
+    """The plain checkpoint fields LangGraph reads must have its types (see PLAIN_CHECKPOINT_KEYS)."""
+    if type(checkpoint.get("v")) is not int:
+        raise f.fail("checkpoint.v (LangGraph's checkpoint version) should be an integer")
+    versions = checkpoint.get("channel_versions", {})
+    if not (isinstance(versions, dict) and all(map(_is_version, versions.values()))):
+        raise f.fail("checkpoint.channel_versions should map channels to versions (integers or text)")
+    seen = checkpoint.get("versions_seen", {})
+    if not (isinstance(seen, dict) and all(isinstance(v, dict) and all(map(_is_version, v.values())) for v in seen.values())):
+        raise f.fail("checkpoint.versions_seen should map nodes to channel versions")
+    updated = checkpoint.get("updated_channels")
+    if updated is not None and not (isinstance(updated, list) and all(isinstance(c, str) for c in updated)):
+        raise f.fail("checkpoint.updated_channels should be a list of channel names or null")
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` (parsed JSON) nests objects and arrays."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_FIELD_DEPTH:  # deeper is refused anyway: stop there
+                stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _read_writes(f: _Fields, ns: str) -> WritesLine:
@@ -244,7 +297,13 @@ def read_line(text: str, thread_id: str | None, line_no: int) -> Line:
             "has no format version; refusing to guess how to read it", thread_id=thread_id, line=line_no
         )
     version = doc["format"]
-    reader = READERS.get(version) if type(version) is int else None
+    if type(version) is not int:
+        raise UnknownFormatError(
+            f"has format version {version!r}, a {type(version).__name__}: a format version is an integer (1, 2, ...)",
+            thread_id=thread_id,
+            line=line_no,
+        )
+    reader = READERS.get(version)
     if reader is None:
         known = ", ".join(str(v) for v in READERS)
         raise UnknownFormatError(

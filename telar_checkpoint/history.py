@@ -14,9 +14,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from telar_checkpoint.entries import Entries
-from telar_checkpoint.errors import CorruptLineError
+from telar_checkpoint.errors import CorruptLineError, UsageError
 from telar_checkpoint.format import (
     CheckpointLine,
+    is_same,
     DroppedLine,
     WritesLine,
     read_line,
@@ -26,8 +27,10 @@ from telar_checkpoint.format import (
 )
 
 REPLACED_IDS_KEPT = 1000  # replaced ids remembered per thread, to say "replaced" not "absent"
-MAX_CHAIN = 64  # a list channel is written whole again after this many appended lines
+MAX_CHAIN = 64  # a value is written whole again after this many lines that extend or repeat it
+_ABSENT: Any = object()
 SLACK_LINES = 64  # trimming appends floors until the string holds 2x its live lines + this,
+SLACK_SIZE = 256 * 1024  # and 2x the characters of the lines its live checkpoints read + this,
 FLOORS_APPENDED = 64  # or this many floor lines (each costs a reader a pass over the history)
 FLOOR_LINE_IDS = 64  # a dropped record listing more ids than this is written by a rewrite
 _FORKS = ("fork", "update")  # sources that start a branch
@@ -38,62 +41,80 @@ Write = tuple[str, Any, str]  # (channel, encoded value, task_path)
 Key = tuple[str, str]  # (namespace, checkpoint id)
 
 
+def is_call(ns: str) -> bool:
+    """Whether `ns` is the namespace of one subgraph call: LangGraph names it after the node
+    and the task (`node:<task id>`, nested with `|`). The root ("") and a persistent subgraph's
+    namespace (compiled with `checkpointer=True`: no task id) hold state that later calls read."""
+    return ":" in ns
+
+
 @dataclass(slots=True, eq=False)
 class Entry:
     """One stored checkpoint and its pending writes.
 
-    `base` is the parent entry whose lists the line's `appended` channels extend.
-    `sources` holds, for an entry this process encoded, the items of each list
-    channel it was encoded from (see `CheckpointCodec`): never stored, only a memo.
+    `base` is the parent entry whose values the line builds on: the lists its `appended`
+    channels extend, and the values it holds by reference (`is_same`).
     Entries are shared between a history and its clones: never change one, replace it.
     """
 
     line: CheckpointLine
     writes: dict[WriteKey, Write] = field(default_factory=dict)
     base: Entry | None = None
-    _full: dict[str, list[Any]] = field(default_factory=dict)
-    sources: dict[str, list[Any]] = field(default_factory=dict)
+    _full: dict[str, Any] = field(default_factory=dict)
 
     def has(self, channel: str) -> bool:
         return channel in self.line.values or channel in self.line.appended
 
+    def _holds(self, channel: str) -> bool:
+        """Whether the line itself holds the whole value of `channel` (not extends or repeats it)."""
+        value = self.line.values.get(channel, _ABSENT)
+        return value is not _ABSENT and not is_same(value)
+
     def value(self, channel: str) -> Any:
-        """The encoded value of `channel`, an appended list resolved against its bases."""
-        if channel in self.line.values:
+        """The encoded value of `channel`, resolved against its bases: an appended list, or a
+        value repeated by reference."""
+        if self._holds(channel):
             return self.line.values[channel]
         full = self._full.get(channel)
         if full is None:
             chain, entry = [], self
-            while channel not in entry.line.values:
+            while not entry._holds(channel):
                 chain.append(entry)
                 if entry.base is None:
                     raise KeyError(channel)
                 entry = entry.base
                 if channel in entry._full:
                     break
-            # Only the newest entry of a chain keeps its whole list: memory stays O(state), not O(history).
-            cached = entry._full.pop(channel, None)
-            full = list(entry.line.values[channel] if cached is None else cached)
-            for link in reversed(chain):
-                full.extend(link.line.appended[channel])
+            start = entry._full.get(channel, _ABSENT)
+            if start is _ABSENT:
+                start = entry.line.values[channel]
+            if type(start) is list:
+                # Only the newest entry of a chain keeps its whole list: memory stays O(state), not O(history).
+                entry._full.pop(channel, None)
+                full = list(start)
+                for link in reversed(chain):
+                    full.extend(link.line.appended.get(channel, ()))
+            else:  # a value repeated by reference: shared, never copied
+                full = start
             self._full[channel] = full
         return full
 
     def depth(self, channel: str) -> int:
-        """How many appended lines stand between this entry and the whole value of `channel`."""
+        """How many lines that extend or repeat `channel` stand between this entry and its whole value."""
         depth, entry = 0, self
-        while entry is not None and channel not in entry.line.values:
+        while entry is not None and not entry._holds(channel):
             depth, entry = depth + 1, entry.base
         return depth
 
     def whole(self) -> Entry:
-        """This entry with every appended channel written whole (for when its base goes)."""
-        if not self.line.appended:
+        """This entry with every value it builds on its base written whole (for when its base goes)."""
+        building = [*self.line.appended, *(ch for ch, v in self.line.values.items() if is_same(v))]
+        if not building:
             return self
-        values = {**self.line.values, **{ch: self.value(ch) for ch in self.line.appended}}
+        values = {**self.line.values, **{ch: self.value(ch) for ch in building}}
         line = replace(self.line, values=values, appended={})
         line.text = write_checkpoint(line)
-        return Entry(line, self.writes, sources=self.sources)
+        return Entry(line, self.writes)
 
 
 def merge_writes(target: dict[WriteKey, Write], task_id: str, path: str, writes: Iterable[tuple[int, str, Any]]) -> list[tuple[int, str, Any]]:
@@ -124,11 +145,10 @@ class History:
         self.torn: str | None = None  # an unterminated last line, dropped on read
         self._latest: dict[str, str] = {}  # namespace -> latest id, kept while only appending
         self.line_count = 0  # complete lines of the string this history was read from or rendered to
+        self.size = 0  # characters of those lines, newlines included
         self.holds_trimmed = False  # the string still holds lines a later floor trimmed (see `_apply_floor`)
         self.floors_appended = 0  # dropped lines read or appended after checkpoint lines
-        # ids of the objects pending writes handed in since each namespace's last put (a memo,
-        # never stored): a list item among them is encoded again (see `CheckpointCodec._values`)
-        self.written: dict[str, frozenset[int]] = {}
+        self._calls: set[str] = set()  # subgraph-call namespaces seen (some may be gone since)
 
     def clone(self) -> History:
         """A copy to change while readers keep using this one (entries are copied on write)."""
@@ -139,9 +159,10 @@ class History:
         other.torn = self.torn
         other._latest = dict(self._latest)
         other.line_count = self.line_count
+        other.size = self.size
         other.holds_trimmed = self.holds_trimmed
         other.floors_appended = self.floors_appended
-        other.written = dict(self.written)
+        other._calls = set(self._calls)
         return other
 
     # --- reading and writing -------------------------------------------------
@@ -163,7 +184,10 @@ class History:
         thread_id, history = self.thread_id, self
         first_line = self.line_count
         self.line_count += len(lines)
+        self.size += len(text) - len(tail)
         for number, raw in enumerate(lines, first_line + 1):
+            if not raw.strip():
+                continue  # a blank line holds nothing (`echo >> thread.jsonl`); a rewrite drops it
             line = read_line(raw, thread_id, number)
             if isinstance(line, CheckpointLine):
                 history._add_line(line, number)
@@ -191,13 +215,29 @@ class History:
                     made_whole[id(entry.line)] = entry = self.entries[(ns, cid)] = entry.whole()
             out.append(entry.line.text or write_checkpoint(entry.line))
             out.extend(self._writes_lines(ns, cid, entry.writes))
+        for key in self.crash_residue():
+            del self.orphans[key]
         for (ns, cid), writes in self.orphans.items():
             out.extend(self._writes_lines(ns, cid, writes))
         self.line_count = len(out)
+        text = "".join(line + "\n" for line in out)
+        self.size = len(text)
         self.torn = None
         self.holds_trimmed = False
         self.floors_appended = 0
-        return "".join(line + "\n" for line in out)
+        return text
+
+    def crash_residue(self) -> list[Key]:
+        """Pending writes of checkpoints that were never stored and never will be: their id is
+        older than their namespace's latest checkpoint. A process killed between a step's writes
+        and its checkpoint leaves them (LangGraph's async durability); writes that come before
+        their own put are for a checkpoint newer than the latest. A rewrite drops them."""
+        residue = []
+        for ns, cid in self.orphans:
+            head = self.latest(ns)
+            if head is not None and cid < head.line.id:
+                residue.append((ns, cid))
+        return residue
 
     @staticmethod
     def _writes_lines(ns: str, cid: str, writes: dict[WriteKey, Write]) -> Iterator[str]:
@@ -213,11 +253,12 @@ class History:
         key = (line.ns, line.id)
         old = self.entries.get(key)
         base = None
-        if line.appended:
+        repeated = [ch for ch, value in line.values.items() if is_same(value)]
+        if line.appended or repeated:
             base = self.entries.get((line.ns, line.parent)) if line.parent else None
             if base is None:
                 raise CorruptLineError(
-                    f"appends to lists of checkpoint {line.parent}, which is not stored before it",
+                    f"builds on the values of checkpoint {line.parent}, which is not stored before it",
                     thread_id=self.thread_id, line=number,
                 )
             for channel in line.appended:
@@ -226,7 +267,15 @@ class History:
                         f"appends to channel {channel!r} of checkpoint {line.parent}, which holds no list there",
                         thread_id=self.thread_id, line=number,
                     )
+            for channel in repeated:
+                if not base.has(channel):
+                    raise CorruptLineError(
+                        f"repeats channel {channel!r} of checkpoint {line.parent}, which holds no value there",
+                        thread_id=self.thread_id, line=number,
+                    )
         self.entries[key] = Entry(line, old.writes if old else self.orphans.pop(key, {}), base)
+        if is_call(line.ns):
+            self._calls.add(line.ns)
         latest = self._latest.get(line.ns)
         if latest is None or line.id > latest:
             self._latest[line.ns] = line.id
@@ -236,7 +285,7 @@ class History:
         entry = self.entries.get(key)
         if entry is None:
             return self.orphans.setdefault(key, {})
-        entry = self.entries[key] = Entry(entry.line, dict(entry.writes), entry.base, entry._full, entry.sources)
+        entry = self.entries[key] = Entry(entry.line, dict(entry.writes), entry.base, entry._full)
         return entry.writes
 
     def _base_kept(self, entry: Entry) -> bool:
@@ -273,110 +322,148 @@ class History:
         here = self.dropped.get(ns)
         if here is not None and cid in here.replaced:
             return "replaced"
-        for floor in (here.floor if here else None, self.dropped.get("", DroppedLine("", None)).floor):
+        floors = [here.floor if here else None]
+        if is_call(ns):  # a call's checkpoints are older than the root checkpoint it ran under
+            floors.append(self.dropped.get("", DroppedLine("", None)).floor)
+        for floor in floors:
             if floor is not None and cid < floor:
                 return "trimmed"
         return None
 
     # --- changes ---------------------------------------------------------------
 
-    def put(self, line: CheckpointLine, writes: Iterable[tuple[str, int, str, Any, str]] = ()) -> bool:
-        """Store a checkpoint; returns True when others were dropped or one was updated in place."""
+    def put(
+        self, line: CheckpointLine, writes: Iterable[tuple[str, int, str, Any, str]] = (), *, keep_finished_calls: bool = False
+    ) -> bool:
+        """Store a checkpoint; returns True when others were dropped or one was updated in place.
+
+        `keep_finished_calls`: see `finished_calls`."""
         key = (line.ns, line.id)
         in_place = key in self.entries
+        if line.parent == line.id or (in_place and line.id in self.parent_chain(line.ns, line.parent)):
+            raise UsageError(f"checkpoint {line.id} cannot be its own ancestor (its parent is {line.parent})")
+        head = self.latest(line.ns)  # before this put
         self._add_line(line)
         target = self._writes_for(key) if writes else {}
         for task_id, idx, channel, value, path in writes:
             merge_writes(target, task_id, path, [(idx, channel, value)])
-        if in_place:
-            return True
-        return bool(self._replace_for(line))
+        replaced = not in_place and bool(self._replace_for(line, head))
+        finished = bool(self._drop_finished_calls(keep_finished_calls))
+        return in_place or replaced or finished
 
     def add_writes(self, ns: str, cid: str, task_id: str, path: str, writes: list[tuple[int, str, Any]]) -> WritesLine | None:
         """Fold writes into their checkpoint; the line to append, or None if nothing changed."""
         changed = merge_writes(self._writes_for((ns, cid)), task_id, path, writes)
         return WritesLine(ns, cid, task_id, path, changed) if changed else None
 
-    def _ancestors(self, ns: str, cid: str | None) -> list[str]:
-        chain = []
-        seen = set()
+    def parent_chain(self, ns: str, cid: str | None) -> list[str]:
+        """`cid` and its stored ancestors in `ns`, newest first; stops at a cycle."""
+        chain: list[str] = []
+        seen: set[str] = set()
         while cid is not None and cid not in seen and (ns, cid) in self.entries:
             seen.add(cid)
             chain.append(cid)
             cid = self.entries[(ns, cid)].line.parent
         return chain
 
-    def _replace_for(self, line: CheckpointLine) -> set[Key]:
-        """Drop what a run left behind when it moves on from a fork (see docs/FORMAT.md)."""
+    def _replace_for(self, line: CheckpointLine, head: Entry | None) -> set[Key]:
+        """When a run moves on (a `loop` or `input` checkpoint whose parent is stored), drop
+        every checkpoint of its namespace that branches off its path: the history is the
+        path that led to the current state (see docs/FORMAT.md, "Replacement")."""
+        ns = line.ns
         if line.source not in _MOVES_ON or line.parent is None:
             return set()
-        parent = self.entries.get((line.ns, line.parent))
-        if parent is None or parent.line.source not in _FORKS:
+        parent = self.entries.get((ns, line.parent))
+        if parent is None:
             return set()
-        ns = line.ns
-        path = self._ancestors(ns, line.id)
+        if head is parent and parent.line.source not in _FORKS:
+            return set()  # it moves on from the head: nothing branches off (the common case)
+        path = self.parent_chain(ns, line.id)
         on_path = set(path)
-        # The branch point: the first ancestor that is not itself a fork or an update.
-        threshold, inclusive = parent.line.step, True
-        for cid in path[1:]:
-            ancestor = self.entries[(ns, cid)].line
-            if ancestor.source not in _FORKS:
-                threshold, inclusive = ancestor.step, False
-                break
-            threshold = ancestor.step
-        children: dict[str, list[str]] = {}
-        for entry in self.in_ns(ns):
-            if entry.line.parent is not None:
-                children.setdefault(entry.line.parent, []).append(entry.line.id)
-
-        def moved_on(cid: str) -> bool:
-            stack = list(children.get(cid, ()))
-            while stack:
-                child = stack.pop()
-                if self.entries[(ns, child)].line.source in _MOVES_ON:
-                    return True
-                stack.extend(children.get(child, ()))
-            return False
-
-        drop = set()
-        for entry in self.in_ns(ns):
-            cid, step = entry.line.id, entry.line.step
+        oldest = self.entries[(ns, path[-1])].line
+        # Where the path's oldest stored checkpoint has a parent that is gone (trimmed), a
+        # branch cannot be traced to it: what stands at or after that step branches off.
+        cut_from = oldest.step if oldest.parent is not None and oldest.parent not in on_path else None
+        members = self.in_ns(ns)
+        parent_of = {e.line.id: e.line.parent for e in members}
+        # A fork or update off the path that no run moved on from is a point travelled to and
+        # left: it goes too, even where trimming hides what it branched from.
+        moved_on: set[str] = set()
+        for entry in members:
+            if entry.line.source in _MOVES_ON:
+                cid = entry.line.parent
+                while cid is not None and cid in parent_of and cid not in moved_on:
+                    moved_on.add(cid)
+                    cid = parent_of[cid]
+        reaches_path = dict.fromkeys(on_path, True)  # id -> whether its parent links reach the path
+        doomed: set[Key] = set()
+        for entry in members:
+            cid = entry.line.id
             if cid in on_path:
                 continue
-            if (step >= threshold if inclusive else step > threshold) or (
-                entry.line.source in _FORKS and not moved_on(cid)
+            if (
+                (cut_from is not None and entry.line.step >= cut_from)
+                or (entry.line.source in _FORKS and cid not in moved_on)
+                or _reaches(entry.line.parent, parent_of, reaches_path)
             ):
-                drop.add((ns, cid))
-        dropped = self._drop(drop)
-        for dns, cid in sorted(dropped):
-            self._remember_replaced(dns, cid)
-        return dropped
+                doomed.add((ns, cid))
+        self._drop(doomed)
+        for dns, cid in sorted(doomed):
+            self._remember(dns, cid, "replaced")
+        return doomed
 
-    def _drop(self, keys: set[Key]) -> set[Key]:
-        """Remove checkpoints and, with them, subgraph checkpoints that belong to them."""
-        dropped = set(keys)
-        frontier = set(keys)
+    def _drop(self, keys: set[Key]) -> None:
+        """Remove checkpoints and their pending writes."""
         self._latest.clear()
-        while frontier:
-            for key in frontier:
-                del self.entries[key]
-            gone = {cid for _, cid in frontier}
-            frontier = {
-                (ns, cid)
-                for (ns, cid), e in self.entries.items()
-                if ns and any(p in gone for p in (e.line.metadata.get("parents") or {}).values())
-            }
-            dropped |= frontier
-        for key in [k for k in self.orphans if k in dropped]:
+        for key in keys:
+            del self.entries[key]
+        for key in [k for k in self.orphans if k in keys]:
             del self.orphans[key]
-        return dropped
+
+    def finished_calls(self, keep_finished_calls: bool = False) -> list[str]:
+        """The subgraph-call namespaces to drop: those whose call is over, because a graph that
+        encloses the call (`parents`) has a newer checkpoint than the one the call ran under.
+        LangGraph never resumes such a call; the enclosing checkpoint holds its result.
+
+        With `keep_finished_calls`, a call that is over stays while every checkpoint it ran
+        under is stored, so the subgraph state of a past step can be inspected (LangGraph's
+        `StateSnapshot.tasks[i].state`), as LangGraph's savers allow."""
+        finished = []
+        for ns in sorted(self._calls):
+            entry = self.latest(ns)
+            if entry is None:
+                self._calls.discard(ns)
+                continue
+            over, under_stored = False, True
+            for outer, cid in (entry.line.metadata.get("parents") or {}).items():
+                head = self.latest(outer) if outer != ns else None
+                over = over or (head is not None and cid < head.line.id)
+                under_stored = under_stored and (outer, cid) in self.entries
+            if over and not (keep_finished_calls and under_stored):
+                finished.append(ns)
+        return finished
+
+    def _drop_finished_calls(self, keep_finished_calls: bool = False) -> set[Key]:
+        """Drop the namespaces of `finished_calls`, with their writes and records; what went."""
+        finished = set(self.finished_calls(keep_finished_calls)) if self._calls else set()
+        if not finished:
+            return set()
+        gone = {key for key in self.entries if key[0] in finished}
+        self._drop(gone)
+        for key in [k for k in self.orphans if k[0] in finished]:
+            del self.orphans[key]
+        for ns in finished:
+            self.dropped.pop(ns, None)
+            self._calls.discard(ns)
+        return gone
 
     def was_deleted(self, ns: str, cid: str) -> bool:
         """True when `cid` was removed on request (it reads as absent, as LangGraph expects)."""
         here = self.dropped.get(ns)
         return here is not None and cid in here.deleted
 
-    def _remember_replaced(self, ns: str, cid: str, field: str = "replaced") -> None:
+    def _remember(self, ns: str, cid: str, field: str) -> None:
+        """List `cid` in its namespace's `dropped` record (field "replaced" or "deleted")."""
         record = self.dropped.setdefault(ns, DroppedLine(ns, None))
         getattr(record, field).append(cid)
         total = sum(len(getattr(d, field)) for d in self.dropped.values())
@@ -394,46 +481,40 @@ class History:
         for key in [k for k in self.orphans if k in keys]:
             del self.orphans[key]
         for ns, cid in sorted(keys):
-            self._remember_replaced(ns, cid, "deleted")
+            self._remember(ns, cid, "deleted")
 
-    def keep_latest(self) -> bool:
+    def keep_latest(self, keep_finished_calls: bool = False) -> bool:
         """Keep the latest checkpoint of each namespace (and its DeltaChannel ancestors); what
         goes counts as trimmed."""
         cut: set[Key] = set()
         for ns in self.namespaces():
             self._keep_last(ns, self.in_ns(ns), 1, cut)
-        if not cut:
-            return False
-        self._drop(cut)
-        self._set_floors({ns for ns, _ in cut})
-        return True
+        if cut:
+            self._drop(cut)
+            self._set_floors({ns for ns, _ in cut})
+        return bool(self._drop_finished_calls(keep_finished_calls)) or bool(cut)
 
-    def trim(self, max_history: int) -> set[Key]:
-        """Keep the last `max_history` checkpoints of the root namespace, their subgraph
-        checkpoints (each namespace cut to its last `max_history`) and the ancestors a kept
-        checkpoint needs to rebuild `DeltaChannel` state. Returns what was cut."""
+    def trim(self, max_history: int, keep_finished_calls: bool = False) -> set[Key]:
+        """Keep the last `max_history` checkpoints of each namespace, and the ancestors a kept
+        checkpoint needs to rebuild `DeltaChannel` state. Returns what was cut.
+
+        The namespaces a thread holds are the root, each persistent subgraph's and the
+        subgraph calls still in progress (`finished_calls` go on every put), so this bounds
+        the whole thread (see docs/FORMAT.md, "History depth")."""
         cut: set[Key] = set()
-        kept_roots = self._keep_last("", self.in_ns(""), max_history, cut)
-        for ns in self.namespaces():
-            if not ns:
-                continue
-            members = [
-                e for e in self.in_ns(ns)
-                if (root := (e.line.metadata.get("parents") or {}).get("")) is None
-                or root in kept_roots
-                or ("", root) not in self.entries and self.dropped_reason("", root) is None
-            ]
-            cut |= {(ns, e.line.id) for e in self.in_ns(ns)} - {(ns, e.line.id) for e in members}
+        by_ns: dict[str, list[Entry]] = {}
+        for (ns, _), entry in self.entries.items():
+            by_ns.setdefault(ns, []).append(entry)
+        for ns, members in by_ns.items():
             self._keep_last(ns, members, max_history, cut)
         if not cut:
             return set()
-        dropped = self._drop(cut)
+        self._drop(cut)
         self._set_floors({ns for ns, _ in cut})
         self._forget_trimmed_orphans()
-        for ns in [ns for ns in self.dropped if ns and not self.in_ns(ns)]:
-            if not self.dropped[ns].replaced:
-                del self.dropped[ns]
-        return dropped
+        if keep_finished_calls:  # the calls that ran under what was cut go with it
+            cut |= self._drop_finished_calls(True)
+        return cut
 
     def _forget_trimmed_orphans(self) -> None:
         for key in [k for k in self.orphans if self.dropped_reason(*k) == "trimmed"]:
@@ -459,10 +540,28 @@ class History:
         if self.floors_appended + len(records) > FLOORS_APPENDED:
             return None
         needed = len(self.dropped) + sum(1 + len({t for t, _ in e.writes}) for e in self.entries.values())
-        if self.line_count + len(records) > 2 * needed + SLACK_LINES:
+        if self.line_count + len(records) > 2 * needed + SLACK_LINES or self.size > 2 * self._needed_size() + SLACK_SIZE:
             return None
         self.floors_appended += len(records)
         return [write_dropped(r) for r in records]
+
+    def _needed_size(self) -> int:
+        """Characters of the checkpoint lines the kept checkpoints are read from: their own and
+        the lines they extend or repeat (bases), each once."""
+        seen: set[int] = set()
+        size = 0
+        for entry in self.entries.values():
+            link: Entry | None = entry
+            while link is not None and id(link.line) not in seen:
+                seen.add(id(link.line))
+                size += len(link.line.text) + 1
+                link = link.base
+        return size
+
+    def count_appended(self, lines: list[str]) -> None:
+        """Count `lines`, appended to the string this history stands for."""
+        self.line_count += len(lines)
+        self.size += sum(len(line) + 1 for line in lines)
 
     def _apply_floor(self, ns: str) -> None:
         """A `dropped` line read after checkpoint lines: what it says is trimmed goes. Lines
@@ -494,11 +593,25 @@ class History:
         """Ancestors back to the nearest stored value of each DeltaChannel `entry` rebuilds."""
         counters = entry.line.metadata.get("counters_since_delta_snapshot") or {}
         needed = {ch for ch in counters if not entry.has(ch)}
-        chain = []
-        cid = entry.line.parent
-        while needed and cid is not None and (ns, cid) in self.entries:
+        chain: list[str] = []
+        for cid in self.parent_chain(ns, entry.line.parent):
+            if not needed:
+                break
             ancestor = self.entries[(ns, cid)].line
             chain.append(cid)
             needed -= ancestor.values.keys() | ancestor.appended.keys()
-            cid = ancestor.parent
         return chain
+
+
+def _reaches(cid: str | None, parent_of: dict[str, str | None], known: dict[str, bool]) -> bool:
+    """Whether following parents from `cid` reaches an id `known` says True for; what it
+    learns on the way goes into `known`, so a pass over a namespace stays linear."""
+    chain: list[str] = []
+    while cid is not None and cid in parent_of and cid not in known:
+        known[cid] = False  # provisional: a cycle ends here
+        chain.append(cid)
+        cid = parent_of[cid]
+    result = known.get(cid, False) if cid is not None else False
+    for walked in chain:
+        known[walked] = result
+    return result

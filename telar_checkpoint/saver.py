@@ -61,6 +61,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):
     `./.telar-checkpoint`. `max_history` keeps the last N checkpoints of each
     thread (None: unbounded). `serde` serializes state values (default: the
     readable `JsonSerializer`; any LangGraph `SerializerProtocol` works).
+    `keep_finished_subgraphs` keeps a finished subgraph call's checkpoints while
+    the checkpoint it ran under is kept, so a past step's subgraph state can be
+    inspected (as LangGraph Studio does); by default they go once the call is over,
+    and a thread not paused in a subgraph holds format version 1 lines only.
     """
 
     def __init__(
@@ -69,13 +73,14 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         *,
         max_history: int | None = None,
         serde: SerializerProtocol | None = None,
+        keep_finished_subgraphs: bool = False,
     ) -> None:
         check_max_history(max_history)
         serde = serde or JsonSerializer()
         super().__init__(serde=serde)
         self.store: Store = store if isinstance(store, Store) else FileStore(store or DEFAULT_DIRECTORY)
         self.max_history = max_history
-        self.codec = CheckpointCodec(serde)
+        self.codec = CheckpointCodec(serde, keep_finished_subgraphs=keep_finished_subgraphs)
         self._histories = VersionedHistories()
         self._writers = WriterLocks()
         self._lingers = Lingers(WRITES_LINGER)
@@ -110,17 +115,22 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         serde = derive(extra_allowlist)
         if serde is self.codec.values.serde:
             return self
-        clone = type(self)(self.store, max_history=self.max_history, serde=serde)
+        clone = type(self)(
+            self.store, max_history=self.max_history, serde=serde,
+            keep_finished_subgraphs=self.codec.keep_finished_subgraphs,
+        )
         clone._writers, clone._lingers = self._writers, self._lingers  # one saver's writers take turns
         return clone
 
     # --- pure pieces, shared by the sync and async methods ------------------------
 
-    def _tuple(self, thread_id: str, entry: Entry) -> CheckpointTuple:
+    def _tuple(self, thread_id: str, entry: Entry, config: RunnableConfig | None = None) -> CheckpointTuple:
+        """The tuple of `entry`; its config is `config` when given (as LangGraph's savers
+        return the caller's config when it named the checkpoint), else the checkpoint's own."""
         record = self.codec.record(entry)
         ns = record.checkpoint_ns
         return CheckpointTuple(
-            config=_config(thread_id, ns, record.id),
+            config=config if config is not None else _config(thread_id, ns, record.id),
             checkpoint=record.checkpoint,
             metadata=record.metadata,
             parent_config=_config(thread_id, ns, record.parent_id) if record.parent_id else None,
@@ -318,22 +328,27 @@ class TelarSaver(BaseCheckpointSaver[Version]):
             if appended:
                 await self.store.aflush(thread_id)
 
-    def _put_change(self, thread_id: str, record: CheckpointRecord) -> tuple[Any, Any]:
+    def _put_change(self, thread_id: str, record: CheckpointRecord, new_versions: ChannelVersions) -> tuple[Any, Any]:
+        """The put as lines for a kept history and as a change of the stored string, its values
+        encoded now, before it waits its turn (see `PreparedRecord`)."""
+        prepared = self.codec.prepare(record, new_versions)
         return (
-            lambda history: self.codec.put_lines(history, record, self.max_history),
-            lambda old: self.codec.append(old, record, self.max_history, thread_id=thread_id),
+            lambda history: self.codec.put_lines(history, prepared, self.max_history),
+            lambda old: self.codec.append(old, prepared, self.max_history, thread_id=thread_id),
         )
 
     def _writes_change(self, thread_id: str, ns: str, cid: str, task_id: str, items: list, task_path: str) -> tuple[Any, Any]:
+        encoded = self.codec.encode_writes(items)  # now, before it waits its turn
         return (
-            lambda history: self.codec.writes_lines(history, ns, cid, task_id, items, task_path),
-            lambda old: self.codec.add_writes(old, ns, cid, task_id, items, task_path, thread_id=thread_id),
+            lambda history: self.codec.writes_lines(history, ns, cid, task_id, encoded, task_path),
+            lambda old: self.codec.add_encoded_writes(old, ns, cid, task_id, encoded, task_path, thread_id=thread_id),
         )
 
     def _get(self, config: RunnableConfig, history: History) -> CheckpointTuple | None:
         thread_id, ns = _thread_and_ns(config)
-        entry = self.codec.find(thread_id, history, ns, get_checkpoint_id(config))
-        return self._tuple(thread_id, entry) if entry else None
+        checkpoint_id = get_checkpoint_id(config)
+        entry = self.codec.find(thread_id, history, ns, checkpoint_id)
+        return self._tuple(thread_id, entry, config if checkpoint_id else None) if entry else None
 
     def _matches(
         self, config: RunnableConfig | None, filter: dict[str, Any] | None, before: RunnableConfig | None
@@ -378,9 +393,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
         seeds: dict[str, Any] = {}
         remaining = set(channels)
-        cursor = history.get(ns, target.line.parent) if target and target.line.parent else None
-        while cursor is not None and remaining:
-            record = self.codec.record(cursor)
+        ancestors = history.parent_chain(ns, target.line.parent) if target else []
+        for cid in ancestors:
+            if not remaining:
+                break
+            record = self.codec.record(history.entries[(ns, cid)])
             for w in reversed(record.writes):
                 if w.channel in remaining:
                     collected[w.channel].append((w.task_id, w.channel, w.value))
@@ -388,8 +405,6 @@ class TelarSaver(BaseCheckpointSaver[Version]):
                 if ch in record.checkpoint["channel_values"]:
                     seeds[ch] = record.checkpoint["channel_values"][ch]
                     remaining.discard(ch)
-            parent = cursor.line.parent
-            cursor = history.get(ns, parent) if parent else None
         result: dict[str, DeltaChannelHistory] = {}
         for ch in channels:
             result[ch] = {"writes": list(reversed(collected[ch]))}
@@ -424,7 +439,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
-        self._write(thread_id, *self._put_change(thread_id, record))
+        self._write(thread_id, *self._put_change(thread_id, record, new_versions))
         return _config(thread_id, record.checkpoint_ns, record.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
@@ -485,7 +500,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
-        await self._awrite(thread_id, *self._put_change(thread_id, record))
+        await self._awrite(thread_id, *self._put_change(thread_id, record, new_versions))
         return _config(thread_id, record.checkpoint_ns, record.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
@@ -562,7 +577,7 @@ def _check_strategy(strategy: str) -> str:
 class _SaverContext:
     """What `TelarSaver.from_conn_string` returns: usable with `with` and `async with`."""
 
-    _SAVER_OPTIONS = ("max_history", "serde")
+    _SAVER_OPTIONS = ("max_history", "serde", "keep_finished_subgraphs")
 
     def __init__(self, cls: type[TelarSaver], url: str, options: dict[str, Any]) -> None:
         self.cls, self.url = cls, url

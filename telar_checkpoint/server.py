@@ -12,6 +12,9 @@ Configured by the environment, read when the server starts:
   ``redis://...``); default ``.telar-checkpoint`` under the server's directory.
 - ``TELAR_CHECKPOINT_MAX_HISTORY``: keep the last N checkpoints of each thread
   (unset or empty: keep them all).
+- ``TELAR_CHECKPOINT_KEEP_SUBGRAPHS``: ``true`` keeps a finished subgraph call's
+  checkpoints while the step it ran in is kept, so Studio can show the subgraph
+  state of past steps (see `TelarSaver`'s ``keep_finished_subgraphs``).
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from contextlib import asynccontextmanager
 from telar_checkpoint.errors import UsageError
 from telar_checkpoint.saver import DEFAULT_DIRECTORY, TelarSaver
 
-__all__ = ["URL_VARIABLE", "MAX_HISTORY_VARIABLE", "checkpointer", "settings"]
+__all__ = ["URL_VARIABLE", "MAX_HISTORY_VARIABLE", "KEEP_SUBGRAPHS_VARIABLE", "checkpointer", "keeps_subgraphs", "settings"]
 
 URL_VARIABLE = "TELAR_CHECKPOINT_URL"
 MAX_HISTORY_VARIABLE = "TELAR_CHECKPOINT_MAX_HISTORY"
+KEEP_SUBGRAPHS_VARIABLE = "TELAR_CHECKPOINT_KEEP_SUBGRAPHS"
+_YES, _NO = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 def settings(environ: Mapping[str, str] = os.environ) -> tuple[str, int | None]:
@@ -52,9 +57,22 @@ def settings(environ: Mapping[str, str] = os.environ) -> tuple[str, int | None]:
     return url, max_history
 
 
+def keeps_subgraphs(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether `environ` asks to keep finished subgraph calls (``TELAR_CHECKPOINT_KEEP_SUBGRAPHS``).
+
+    >>> keeps_subgraphs({"TELAR_CHECKPOINT_KEEP_SUBGRAPHS": "true"}), keeps_subgraphs({})
+    (True, False)
+    """
+    text = environ.get(KEEP_SUBGRAPHS_VARIABLE, "").strip().lower()
+    if text not in _YES + _NO:
+        raise UsageError(f"{KEEP_SUBGRAPHS_VARIABLE}={text!r}: write true or false")
+    return text in _YES
+
+
 @asynccontextmanager
 async def checkpointer() -> AsyncIterator[TelarSaver]:
     """A `TelarSaver` on the store the environment names, closed when the server stops."""
     url, max_history = settings()
-    async with TelarSaver.from_conn_string(url, max_history=max_history) as saver:
+    options = {"max_history": max_history, "keep_finished_subgraphs": keeps_subgraphs()}
+    async with TelarSaver.from_conn_string(url, **options) as saver:
         yield saver

@@ -36,8 +36,6 @@ class ValueCodec:
     def __init__(self, serde: SerializerProtocol) -> None:
         self.serde = serde
         self._json = serde if isinstance(serde, JsonValueSerializer) else None
-        # Our JsonSerializer encodes a list item by item: a list's encoding is its items'.
-        self.lists_by_item = type(serde) is JsonSerializer
 
     def encode(self, value: Any) -> Any:
         if self._json is not None:

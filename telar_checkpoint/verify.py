@@ -20,27 +20,45 @@ from typing import Any, Literal
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint.errors import StoredDataError, UnknownFormatError
-from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, read_line
+from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, is_same, read_line
 from telar_checkpoint.history import History
-from telar_checkpoint.inspect import Progress
+from telar_checkpoint.inspection import Progress
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.values import ValueCodec
 
 Severity = Literal["error", "warning"]
 
+
+def _reader_skips_blank_lines() -> bool:
+    """Whether `History.parse` skips a blank line (it holds nothing) or refuses it: verify says the same."""
+    try:
+        History.parse(None, "\n")
+    except StoredDataError:
+        return False
+    return True
+
+
+BLANK_LINES_READ = _reader_skips_blank_lines()
+
 # What each finding `code` means (and whether it is an error or a warning).
 CODES: dict[str, tuple[Severity, str]] = {
+    "blank": ("warning", "a blank line: it holds nothing, and is skipped on read") if BLANK_LINES_READ
+    else ("error", "a blank line: it holds nothing, but the reader refuses it (`repair` removes it)"),
     "corrupt-line": ("error", "a complete line that is not JSON or not a record of ours"),
     "unknown-format": ("error", "a line with no format version, or one this release does not read"),
     "missing-parent": ("error", "a checkpoint's parent is neither stored nor recorded as dropped"),
+    "missing-base": ("error", "a checkpoint that appends to the lists of one that is not stored before it"),
     "missing-owner": ("error", "a subgraph checkpoint's parent-graph checkpoint is neither stored nor dropped"),
-    "orphan-writes": ("error", "pending writes for a checkpoint older than the latest that was never stored"),
+    "orphan-writes": ("warning", "pending writes for a checkpoint older than the latest that was never stored: "
+                      "what a crash between a step's writes and its checkpoint leaves; the next rewrite drops them"),
     "pending-put": ("warning", "pending writes newer than the latest checkpoint: a put not yet stored"),
     "dropped-writes": ("warning", "pending writes for a checkpoint recorded as replaced or trimmed (ignored)"),
     "duplicate": ("warning", "the same checkpoint stored twice; the later line wins"),
     "value": ("warning", "a state value that does not load with this serializer"),
+    "unreachable": ("error", "lines whose parent or checkpoint was on a damaged line (one finding for all)"),
     "torn": ("warning", "an unterminated last line (an interrupted write), dropped on read"),
     "foreign": ("warning", "an entry in the store that is not a history of ours (never touched)"),
+    "stale-temp": ("warning", "a temporary file a killed rewrite left; the store's next rewrite removes it"),
 }
 
 
@@ -68,11 +86,13 @@ class VerifyReport:
 
     threads: dict[str, list[Problem]] = field(default_factory=dict)
     foreign: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)  # temporary files killed rewrites left
 
     @property
     def problems(self) -> list[Problem]:
         found = [p for problems in self.threads.values() for p in problems]
-        return found + [Problem(None, None, "foreign", f"foreign entry {name!r}") for name in self.foreign]
+        found += [Problem(None, None, "foreign", f"foreign entry {name!r}") for name in self.foreign]
+        return found + [Problem(None, None, "stale-temp", f"stale temporary file {name!r}") for name in self.stale]
 
     @property
     def errors(self) -> list[Problem]:
@@ -113,12 +133,20 @@ class _Checker:
         tail = raw_lines.pop()
         history = History(self.thread_id)
         for number, raw in enumerate(raw_lines, 1):
+            if not raw.strip():
+                self.add(number, "blank", "a blank line, skipped on read" if BLANK_LINES_READ else
+                         "a blank line, which the reader refuses; `telar-checkpoint repair` removes it")
+                continue
             try:
                 line = read_line(raw, self.thread_id, number)
-                history.extend(raw + "\n")  # a line may be sound alone and not in its place
             except StoredDataError as exc:
                 code = "unknown-format" if isinstance(exc, UnknownFormatError) else "corrupt-line"
                 self.add(number, code, _message(exc))
+                continue
+            try:
+                history.extend(raw + "\n")
+            except StoredDataError as exc:  # sound alone, not in its place: what it extends is not stored
+                self.add(number, "missing-base", _message(exc))
                 continue
             self.note(number, line)
         if tail:
@@ -133,7 +161,7 @@ class _Checker:
                 self.add(number, "duplicate", f"checkpoint {line.id}{_in(line.ns)} is also on line "
                          f"{self.checkpoint_lines[key]}; the later line wins")
             self.checkpoint_lines[key] = number
-            self.check_values(number, line.values.items())
+            self.check_values(number, ((ch, v) for ch, v in line.values.items() if not is_same(v)))  # a reference loads as its base
             self.check_values(number, ((ch, item) for ch, items in line.appended.items() for item in items))
         elif isinstance(line, WritesLine):
             self.writes_lines.setdefault((line.ns, line.checkpoint_id), number)
@@ -176,7 +204,7 @@ class _Checker:
                          "its put has not landed (yet)")
             else:
                 self.add(number, "orphan-writes", f"{count} for checkpoint {cid}{_in(ns)}, which was never "
-                         f"stored (the latest is {latest.line.id})")
+                         f"stored (the latest is {latest.line.id}): a crash left them; the next rewrite drops them")
 
 
 def _in(ns: str) -> str:
@@ -194,7 +222,27 @@ def verify_thread(thread_id: str, text: str, *, serde: SerializerProtocol | None
     history = checker.read(text)
     checker.check_links(history)
     checker.check_orphans(history)
-    return sorted(checker.problems, key=lambda p: (p.line is None, p.line or 0))
+    return _follow_ons_joined(thread_id, sorted(checker.problems, key=lambda p: (p.line is None, p.line or 0)))
+
+
+_DAMAGE = ("blank", "corrupt-line", "unknown-format")
+_LINKS = ("missing-base", "missing-parent", "missing-owner", "orphan-writes", "pending-put")
+
+
+def _follow_ons_joined(thread_id: str, problems: list[Problem]) -> list[Problem]:
+    """With a damaged line, the links it broke as one finding after it, not one per checkpoint."""
+    damage = [p for p in problems if p.code in _DAMAGE]
+    links = [p for p in problems if p.code in _LINKS]
+    if not damage or not links:
+        return problems
+    numbers = ", ".join(str(p.line) for p in links[:5]) + (", ..." if len(links) > 5 else "")
+    joined = Problem(
+        thread_id, None, "unreachable",
+        f"{len(links)} more line{'s' if len(links) != 1 else ''} ({numbers}) can no longer be reached, most likely "
+        f"because line {damage[0].line} is damaged; `telar-checkpoint repair` drops them and keeps the rest",
+    )
+    rest = [p for p in problems if p.code not in _LINKS] + [joined]
+    return sorted(rest, key=lambda p: (p.line is None, p.line or 0))
 
 
 def verify_store(
@@ -208,9 +256,10 @@ def verify_store(
 
     A thread id given that the store does not hold raises `ThreadNotFoundError`.
     """
-    from telar_checkpoint.inspect import read_thread
+    from telar_checkpoint.inspection import read_thread
 
-    report = VerifyReport(foreign=list(store.foreign()) if thread_ids is None else [])
+    whole = thread_ids is None
+    report = VerifyReport(foreign=store.foreign() if whole else [], stale=store.stale_temp_files() if whole else [])
     chosen = sorted(store.keys()) if thread_ids is None else list(thread_ids)
     for done, thread_id in enumerate(chosen, 1):
         text = read_thread(store, thread_id) if thread_ids is not None else store.read(thread_id)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import settings
 
 from telar_checkpoint.stores import Store
+from tests.graphs import Api
 from tests.stores import SHARED_KINDS, STORE_KINDS, make_store
 
 # --- Hypothesis: CI replays the same examples every run (a red CI must be reproducible);
@@ -42,3 +43,11 @@ async def astore(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     store = make_store(request.param, tmp_path, request)
     yield store
     await store.aclose()
+
+
+# --- Graph APIs: each scenario runs once through the sync and once through the async API ---
+
+
+@pytest.fixture(params=["sync", "async"])
+def api(request: pytest.FixtureRequest) -> Api:
+    return Api(request.param)

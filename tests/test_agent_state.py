@@ -79,16 +79,22 @@ def test_agent_pauses_and_resumes_in_a_new_process_with_the_reference_state(tmp_
     assert values["messages"][-1].content == "It is sunny in Paris (approved:yes)."
 
 
-def test_without_an_allowlist_a_state_class_is_refused_by_name(tmp_path, monkeypatch) -> None:
+def test_without_an_allowlist_the_state_classes_load_as_in_memory_saver_loads_them(tmp_path, monkeypatch) -> None:
+    """Not strict (LangGraph's default): LangGraph passes no allowlist, and the state classes,
+    whose module the program has imported, load anyway, with a warning, as InMemorySaver loads
+    them; strict and without an allowlist, they load as plain data, never as an error."""
     from langgraph._internal import _serde
+
+    from telar_checkpoint import JsonSerializer
 
     run(tmp_path, "start")
     monkeypatch.setattr(_serde, "STRICT_MSGPACK_ENABLED", False)
-    graph = build().compile(checkpointer=TelarSaver(tmp_path))
-    with pytest.raises(Exception, match="tests.agent_graph:(Plan|Budget).*not on the allowlist"):
-        graph.get_state(CONFIG)
-    named = TelarSaver(tmp_path, serde=__import__("telar_checkpoint").JsonSerializer(allowed_classes=[Plan, Budget]))
-    assert build().compile(checkpointer=named).get_state(CONFIG).values["plan"].goal == "weather in Paris?"
+    graph = build().compile(checkpointer=TelarSaver(tmp_path, serde=JsonSerializer(strict=False)))
+    values = graph.get_state(CONFIG).values
+    assert type(values["plan"]) is Plan and type(values["budget"]) is Budget
+    strict = TelarSaver(tmp_path, serde=JsonSerializer(strict=True))
+    plain = build().compile(checkpointer=strict).get_state(CONFIG).values
+    assert plain["plan"] == values["plan"].model_dump(exclude_unset=True) and type(plain["plan"]) is dict
 
 
 def test_a_stored_line_is_readable_json_with_message_text_visible(tmp_path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from telar_checkpoint import FileStore, TelarSaver
-from telar_checkpoint.cli import build_parser, main
+from telar_checkpoint.cli import build_app, main
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from tests.graphs import multi_step, nested_subgraphs, with_interrupt
 
@@ -111,7 +112,7 @@ def test_threads_and_verify_on_each_local_store_url(capsys, tmp_path, kind) -> N
 
 
 def test_list_threads_on_every_store(store) -> None:
-    from telar_checkpoint.inspect import list_threads
+    from telar_checkpoint.inspection import list_threads
 
     fill(store)
     seen = []
@@ -127,7 +128,8 @@ def test_progress_bar_only_when_asked_or_on_a_terminal(capsys, url) -> None:
     _, _, err = run(capsys, "threads", url)
     assert err == ""
     _, _, err = run(capsys, "threads", url, "--progress")
-    assert "reading threads [##############################] 5/5\n" in err and err.startswith("\rreading threads [")
+    assert err.startswith("reading threads ━") and err.endswith("━ 5/5\n")  # off a terminal: drawn once, at the end
+    assert "\x1b" not in err
 
 
 # --- history, show, diff ----------------------------------------------------------------------------
@@ -216,12 +218,12 @@ def test_bad_url_and_usage_exit_2(capsys, tmp_path) -> None:
     code, _, err = run(capsys, "trim", str(tmp_path), "--keep", "0")
     assert code == 2 and "must be at least 1, not 0" in err
     code, _, err = run(capsys, "history")
-    assert code == 2 and "the following arguments are required: URL, THREAD" in err
+    assert code == 2 and "Error: Missing argument 'URL'." in err
 
 
 def test_every_command_has_help_with_an_example(capsys) -> None:
-    names = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-    assert set(names) >= {"threads", "history", "show", "diff", "verify", "trim", "delete", "demo"}
+    names = build_app().commands
+    assert set(names) >= {"threads", "history", "show", "diff", "verify", "trim", "delete", "demo", "repair"}
     for name in names:
         code, out, _ = run(capsys, name, "--help")
         assert code == 0 and "\nexample:\n  telar-checkpoint " + name in out, name
@@ -356,7 +358,7 @@ def test_migrate_from_a_langgraph_sqlite_saver(capsys, tmp_path) -> None:
     assert not (tmp_path / "moved" / "sub.jsonl").exists()
     code, out, err = run(capsys, "migrate", "--from", source, "--to", target, "--thread", "sub", "--progress")
     assert code == 0 and out.startswith("Migrated 1 thread (5 checkpoints, ") and "Nothing failed." in out
-    assert "migrating [##############################] 1/1" in err
+    assert err.startswith("migrating ━") and err.endswith(" 1/1\n")
     code, out, _ = run(capsys, "history", target, "sub")
     assert '  1  child      {"question":"approve deploy?"}' in out
     assert run(capsys, "verify", target)[0] == 0
@@ -381,3 +383,96 @@ def test_python_dash_m_in_a_subprocess(url) -> None:
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 3 and done.stdout == ""
     assert done.stderr == "telar-checkpoint: error: no thread 'nope' in this store; `telar-checkpoint threads URL` lists them\n"
+
+
+# --- smaller things: --version, the URL from the environment, help, namespaces, verify's summary --------------
+
+
+def test_version(capsys) -> None:
+    from importlib.metadata import version
+
+    code, out, _ = run(capsys, "--version")
+    assert (code, out) == (0, f"telar-checkpoint {version('telar-checkpoint')}\n")
+
+
+def test_the_url_from_the_environment(capsys, url, monkeypatch) -> None:
+    monkeypatch.setenv("TELAR_CHECKPOINT_URL", url)
+    code, out, _ = run(capsys, "history", "steps")
+    assert code == 0 and out.endswith("5 checkpoints\n")
+    code, out, _ = run(capsys, "threads")
+    assert code == 0 and "4 threads, " in out
+    assert run(capsys, "history", url, "steps")[1].endswith("5 checkpoints\n")  # a URL given still wins
+    monkeypatch.delenv("TELAR_CHECKPOINT_URL")
+    code, _, err = run(capsys, "threads")
+    assert code == 2 and "Error: Missing argument 'URL'." in err
+
+
+def test_thread_has_help(capsys) -> None:
+    code, out, _ = run(capsys, "history", "--help")
+    words = " ".join(out.split())
+    assert code == 0 and "Arguments: URL the store: a directory" in words
+    assert words.count("THREAD a thread id, the thread_id of the graph's config") == 1
+
+
+def test_history_ns_names_a_subgraph_by_its_node(capsys, url) -> None:
+    code, out, _ = run(capsys, "history", url, "sub", "--ns", "child")
+    lines = out.splitlines()
+    assert code == 0 and lines[-1] == "2 checkpoints"
+    assert all(" child:" in line for line in lines[1:-1])
+    code, out, _ = run(capsys, "history", url, "sub", "--ns", "nothing")
+    assert (code, out.splitlines()[-1]) == (0, "0 checkpoints")
+
+
+def test_verify_strict_says_which_warnings_failed_it_and_quiet_prints_only_problems(capsys, url) -> None:
+    code, out, _ = run(capsys, "verify", url, "torn", "--strict")
+    assert code == 1 and out.endswith("1 thread: 0 ok, 1 with warnings only, 0 failed -- FAILED (--strict: warnings torn)\n")
+    code, out, _ = run(capsys, "verify", url, "--quiet")
+    assert code == 1 and "ok      ask" not in out and "FAILED  broken\n" in out and "warn    torn\n" in out
+    assert out.endswith("5 threads: 3 ok, 1 with warnings only, 1 failed; 1 foreign entry -- FAILED\n")
+    code, out, _ = run(capsys, "verify", url, "ask", "-q")
+    assert (code, out) == (0, "1 thread: 1 ok, 0 with warnings only, 0 failed -- sound\n")
+
+
+def _json_history(url: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "telar_checkpoint", "history", url, "sub", "--json"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    return done.stdout
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_tables_follow_the_terminal_width_and_no_color(url, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    for no_color in (False, True):
+        if no_color:
+            monkeypatch.setenv("NO_COLOR", "1")
+        screen = _Terminal()
+        monkeypatch.setattr(sys, "stdout", screen)
+        assert main(["history", url, "sub"]) == 0
+        text = screen.getvalue()
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
+        assert max(len(line) for line in plain.splitlines()) <= 60  # folded to the width
+        ids = [c["id"] for c in json.loads(_json_history(url))]
+        assert all(cid[:8] in plain for cid in ids)  # folded, never cut off
+        assert "\x1b[1m" in text  # bold headers
+        screen = _Terminal()
+        monkeypatch.setattr(sys, "stdout", screen)
+        assert main(["verify", url, "broken"]) == 1
+        colour = re.search(r"\x1b\[[0-9;]*3[0-9]m", screen.getvalue())  # FAILED in red, unless NO_COLOR
+        assert (colour is None) is no_color and "FAILED" in screen.getvalue()
+    piped = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", piped)
+    assert main(["history", url, "sub"]) == 0
+    assert max(len(line) for line in piped.getvalue().splitlines()) > 60 and "\x1b" not in piped.getvalue()
+
+
+def test_without_the_cli_extra_the_command_says_what_to_install(capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "rich", None)  # import fails as if not installed
+    code, out, err = run(capsys, "threads", ".")
+    assert (code, out) == (2, "")
+    assert err == "telar-checkpoint: error: the command line needs the rich package: pip install 'telar-checkpoint[cli]'\n"

@@ -105,7 +105,13 @@ def test_golden_with_junk_appended(name) -> None:
     assert codec.decode_history("g", golden + '{"format":1,"ki') == codec.decode_history("g", golden)
     # A torn tail is never written over: the next append rewrites without it.
     assert build(*codec.decode_history("g", golden)) == golden
-    assert codec.append(golden + '{"form', record(99999999, None, 9)).startswith(golden)
+    after = codec.append(golden + '{"form', record(99999999, None, 9))
+    assert all(line.startswith('{"format":') and line.endswith("}") for line in after.split("\n")[:-1])
+    # The new root checkpoint ends the golden's subgraph call (v2.jsonl): only that goes.
+    kept = [r.id for r in codec.decode_history("g", golden) if ":" not in r.checkpoint_ns]
+    assert [r.id for r in codec.decode_history("g", after)] == kept + ["99999999"]
+    if "v2" not in name:
+        assert after.startswith(golden)
 
 
 # --- versions ---------------------------------------------------------------------------
@@ -280,12 +286,31 @@ def test_a_fork_whose_own_parent_is_gone_replaces_from_its_own_step() -> None:
     assert ids(text) == ["00000001", "00000002", "00000010", "00000011"]
 
 
-def test_replacement_drops_subgraph_checkpoints_of_dropped_root_checkpoints() -> None:
+def test_a_subgraph_call_ends_when_its_root_checkpoint_is_no_longer_the_head() -> None:
     text = build(*linear(4), record(20, None, -1, "input", ns="child:x", root=4), record(21, 20, 0, ns="child:x", root=4))
-    text = codec.append(text, record(10, 3, 2, "fork"))
-    assert ids(text, "child:x") == ["00000020", "00000021"]
+    assert ids(text, "child:x") == ["00000020", "00000021"]  # paused inside the call: kept
+    text = codec.append(text, record(10, 3, 2, "fork"))  # the head is now the fork: the call is over
+    assert ids(text, "child:x") == [] and '"format":2' not in text
     text = codec.append(text, record(11, 10, 3))
-    assert ids(text, "child:x") == [] and "00000004" not in ids(text)
+    assert ids(text) == ["00000001", "00000002", "00000003", "00000010", "00000011"]
+
+
+def test_a_call_put_before_its_root_checkpoint_stays() -> None:
+    """Writes arrive out of order (async durability): a call under a newer root checkpoint is live."""
+    text = build(*linear(4), record(20, None, -1, "input", ns="child:x", root=5))
+    assert ids(text, "child:x") == ["00000020"]
+    text = codec.append(text, record(5, 4, 3))
+    assert ids(text, "child:x") == ["00000020"]
+
+
+def test_a_persistent_subgraph_keeps_its_state_whatever_the_root_does() -> None:
+    """`checkpointer=True` subgraphs (no task id in the namespace) are read again on later calls."""
+    text = build(*linear(4), record(20, None, -1, "input", ns="child", root=4), record(21, 20, 0, ns="child", root=4))
+    text = codec.append(text, record(10, 3, 2, "fork"))
+    text = codec.append(text, record(11, 10, 3))
+    assert ids(text, "child") == ["00000020", "00000021"]
+    text = build(*codec.decode_history("t", text), *(record(i, i - 1 if i > 12 else 11, i) for i in range(12, 40)), max_history=2)
+    assert ids(text) == ["00000038", "00000039"] and ids(text, "child") == ["00000020", "00000021"]
 
 
 # --- history depth ----------------------------------------------------------------------
@@ -308,8 +333,9 @@ def test_max_history_bounds_the_whole_thread_across_namespaces() -> None:
     text = build(*records, max_history=4)
     history = codec.decode_history("t", text)
     assert [r.id for r in history if not r.checkpoint_ns] == ["00000370", "00000380", "00000390", "00000400"]
-    assert {r.checkpoint_ns for r in history if r.checkpoint_ns} == {"child:37", "child:38", "child:39", "child:40"}
-    assert len(history) <= 4 + 4 * 3
+    # Each call ends when the root moves on: only the last one's namespace is left.
+    assert {r.checkpoint_ns for r in history if r.checkpoint_ns} == {"child:40"}
+    assert len(history) <= 4 + 3
 
 
 def test_max_history_cuts_each_subgraph_namespace_to_its_last_n() -> None:
@@ -333,7 +359,7 @@ def test_trimming_keeps_the_ancestors_a_delta_channel_needs() -> None:
     assert ids(text) == ["00000012", "00000013"]
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, "3"])
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "3", True, False])
 def test_max_history_must_be_a_positive_integer(bad) -> None:
     with pytest.raises(UsageError, match="max_history must be a positive integer"):
         codec.append(None, record(1, None, 0), bad)
@@ -409,7 +435,7 @@ def test_appended_lines_chain_at_most_max_chain_deep() -> None:
 
 def test_an_appended_line_without_its_base_is_refused() -> None:
     text = build(grow(1, None, ["a"]), grow(2, 1, ["a", "b"]))
-    with pytest.raises(CorruptLineError, match="line 1: appends to lists of checkpoint 00000001"):
+    with pytest.raises(CorruptLineError, match="line 1: builds on the values of checkpoint 00000001"):
         codec.decode_history("t", text.split("\n", 1)[1])
 
 
@@ -443,3 +469,115 @@ def test_rule_fields_of_the_wrong_type_are_corrupt_lines(field, value) -> None:
 def test_remove_runs_ignores_a_run_id_that_is_not_text() -> None:
     text = build(record(1, None, 0, metadata={"run_id": ["x"]}), record(2, 1, 1, metadata={"run_id": "r"}))
     assert ids(codec.remove_runs(text, {"r"})) == ["00000001"]
+
+
+# --- parent links: never a cycle written, every walk ends on one stored by hand ------------
+
+
+def test_a_checkpoint_cannot_be_its_own_ancestor() -> None:
+    with pytest.raises(UsageError, match="00000001 cannot be its own ancestor"):
+        codec.append(None, record(1, 1, 0))
+    text = build(record(1, None, 0), record(2, 1, 1))
+    with pytest.raises(UsageError, match="00000001 cannot be its own ancestor"):
+        codec.append(text, record(1, 2, 0))  # put again in place, under its own child
+
+
+def test_every_walk_of_parent_links_ends_on_a_cycle_edited_in_by_hand() -> None:
+    text = build(record(1, None, 0), record(2, 1, 1), record(3, 2, 2, "fork"))
+    cycled = text.replace('"id":"00000001","parent":null', '"id":"00000001","parent":"00000002"')
+    assert cycled != text
+    history = codec.parse("t", cycled)
+    assert history.parent_chain("", "00000003") == ["00000003", "00000002", "00000001"]
+    moved = codec.append(cycled, record(4, 3, 3))  # moves on from a fork: looks for branches
+    assert ids(moved) == ["00000001", "00000002", "00000003", "00000004"]
+    delta = {"counters_since_delta_snapshot": {"msgs": [1, 1]}}
+    assert ids(codec.append(cycled, record(4, 3, 3, values={}, metadata=delta), 1))[-1] == "00000004"
+    assert ids(codec.keep_latest(cycled)) == ["00000003"]
+
+
+def test_delta_channel_history_ends_on_a_cycle_edited_in_by_hand() -> None:
+    from telar_checkpoint import MemoryStore, TelarSaver
+
+    text = build(record(1, None, 0, values={}), record(2, 1, 1, values={}), record(3, 2, 2, values={}))
+    saver = TelarSaver(MemoryStore())
+    saver.store.write("t", text.replace('"id":"00000001","parent":null', '"id":"00000001","parent":"00000003"'))
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "00000003"}}
+    assert saver.get_delta_channel_history(config=config, channels=["msgs"]) == {"msgs": {"writes": []}}
+
+
+def test_a_rewrite_drops_the_writes_a_crash_left_for_a_checkpoint_never_stored() -> None:
+    """Writes of a checkpoint that was never put (the process died) are older than the latest
+    checkpoint once the thread resumed; writes that come before their own put are newer."""
+    text = build(record(1, None, 0), record(2, 1, 1))
+    text = codec.add_writes(text, "", "00000003", "lost", [(0, "count", 9)])  # killed before put 3
+    text = codec.add_writes(text, "", "00000005", "early", [(0, "count", 5)])  # put 5 not there yet
+    text = codec.append(text, record(4, 2, 2))  # resumed from 2
+    assert codec.parse("t", text).crash_residue() == [("", "00000003")]
+    rewritten = codec.append(text, record(2, 1, 1))  # an update in place rewrites the history
+    assert '"task":"lost"' not in rewritten and '"task":"early"' in rewritten
+    assert [w.task_id for w in codec.decode_history("t", codec.append(rewritten, record(5, 4, 3)))[-1].writes] == ["early"]
+
+
+def test_blank_lines_hold_nothing_and_are_skipped() -> None:
+    text = build(record(1, None, 0), record(2, 1, 1))
+    blanked = "\n" + text.replace("\n", "\n  \n", 1) + "\n"
+    assert [r.id for r in codec.decode_history("t", blanked)] == ["00000001", "00000002"]
+    assert codec.append(blanked, record(2, 1, 1)) == text  # a rewrite drops them
+
+
+@pytest.mark.parametrize("version", ["1", 1.0, None, True])
+def test_a_format_version_that_is_not_an_integer_is_named_as_such(version) -> None:
+    line = orjson.loads(build(record(1, None, 0)))
+    line["format"] = version
+    with pytest.raises(UnknownFormatError, match=rf"format version {version!r}, a {type(version).__name__}: a format version is an integer"):
+        codec.decode_history("t", orjson.dumps(line).decode() + "\n")
+
+
+# --- size: a value that did not change is not stored again; trimming bounds characters too ----
+
+
+def big(n: int, parent: int | None, blob: str, version: int) -> CheckpointRecord:
+    """A checkpoint holding `blob` in a dict channel at `version` (the same version: unchanged)."""
+    rec = record(n, parent, n)
+    rec.checkpoint["channel_values"] = {"doc": {"text": blob}, "count": n}
+    rec.checkpoint["channel_versions"] = {"doc": version, "count": n}
+    return rec
+
+
+def test_a_value_whose_version_did_not_change_is_stored_as_a_reference() -> None:
+    blob = "x" * 100_000
+    text = build(big(1, None, blob, 1), big(2, 1, blob, 1), big(3, 2, blob, 1))
+    assert text.count(blob) == 1 and text.count('"doc":{"$same":null}') == 2
+    assert [r.checkpoint["channel_values"]["doc"] for r in codec.decode_history("t", text)] == [{"text": blob}] * 3
+    changed = codec.append(text, big(4, 3, blob + "y", 2))
+    assert changed.count(blob) == 2  # a new version is stored whole
+
+
+def test_a_reference_whose_base_is_trimmed_is_written_whole_by_the_rewrite() -> None:
+    blob = "x" * 100_000
+    text = build(*(big(i, i - 1 if i > 1 else None, blob, 1) for i in range(1, 8)), max_history=3)
+    assert [r.id for r in codec.decode_history("t", text)] == ["00000005", "00000006", "00000007"]
+    assert all(r.checkpoint["channel_values"]["doc"] == {"text": blob} for r in codec.decode_history("t", text))
+    rewritten = codec.parse("t", text).clone().render()
+    assert rewritten.count(blob) == 1 and rewritten.count("$same") == 2
+    assert codec.decode_history("t", rewritten) == codec.decode_history("t", text)
+
+
+def test_a_reference_without_a_parent_is_a_corrupt_line() -> None:
+    line = orjson.loads(build(record(1, None, 0)))
+    line["values"]["count"] = {"$same": None}
+    with pytest.raises(CorruptLineError, match=r"line 1: a value \$same needs a parent checkpoint"):
+        codec.decode_history("t", orjson.dumps(line).decode() + "\n")
+
+
+@pytest.mark.parametrize("changing", [False, True])
+def test_max_history_bounds_the_stored_characters_not_only_the_lines(changing) -> None:
+    """Issue 19: with large values, the slack of amortized trimming is bounded by size too."""
+    blob = "x" * 200_000
+    text, largest = None, 0
+    for i in range(1, 121):
+        value = blob[:-1] + str(i % 10) if changing else blob
+        text = codec.append(text, big(i, i - 1 if i > 1 else None, value, i if changing else 1), 3)
+        largest = max(largest, len(text))
+    kept = 3 if changing else 1  # values held whole by the three kept checkpoints
+    assert largest <= 2 * kept * len(blob) + 2 * 256 * 1024 + len(blob), largest

@@ -234,9 +234,9 @@ def test_a_kernel_without_self_syncing_writes_gets_write_then_fsync(
 ) -> None:
     """Before Linux 4.7, pwritev refuses RWF_DSYNC: the lone append then writes and fsyncs,
     and later ones do so without trying again."""
-    from telar_checkpoint.stores import file as file_module
+    from telar_checkpoint.stores import file_handle
 
-    monkeypatch.setitem(file_module._DSYNC, "flag", getattr(os, "RWF_DSYNC", 1))
+    monkeypatch.setitem(file_handle.DSYNC, "flag", getattr(os, "RWF_DSYNC", 1))
     tries: list[int] = []
 
     def refuse(*_args: object) -> int:

@@ -21,36 +21,6 @@ from tests.graphs import (
 )
 
 
-class Api:
-    """One graph API call set, sync or async, so each scenario is written once."""
-
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-
-    async def invoke(self, graph: Any, value: Any, config: dict, **kw: Any) -> Any:
-        if self.mode == "sync":
-            return normalize(graph.invoke(value, config, **kw))
-        return normalize(await graph.ainvoke(value, config, **kw))
-
-    async def state(self, graph: Any, config: dict, **kw: Any) -> Any:
-        return graph.get_state(config, **kw) if self.mode == "sync" else await graph.aget_state(config, **kw)
-
-    async def history(self, graph: Any, config: dict) -> list:
-        if self.mode == "sync":
-            return list(graph.get_state_history(config))
-        return [s async for s in graph.aget_state_history(config)]
-
-    async def update(self, graph: Any, config: dict, values: Any, **kw: Any) -> dict:
-        if self.mode == "sync":
-            return graph.update_state(config, values, **kw)
-        return await graph.aupdate_state(config, values, **kw)
-
-
-@pytest.fixture(params=["sync", "async"])
-def api(request) -> Api:
-    return Api(request.param)
-
-
 @pytest.fixture
 def savers(store) -> tuple[InMemorySaver, TelarSaver]:
     return InMemorySaver(), TelarSaver(store)

@@ -20,8 +20,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from telar_checkpoint import CorruptLineError, MemoryStore, TelarSaver, UsageError
-from telar_checkpoint.migrate import MigrationReport, export_thread, import_thread, migrate, open_source, reencode
-from telar_checkpoint.migrate._report import ALREADY, BRANCH, SUBGRAPH, TRIMMED
+from telar_checkpoint.migration import MigrationReport, export_thread, import_thread, migrate, open_source, reencode
+from telar_checkpoint.migration._report import ALREADY, BRANCH, SUBGRAPH, TRIMMED
 from telar_checkpoint.stores import FileStore
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from tests.graphs import fan_out, multi_step, nested_subgraphs, path_to_head, resume, summary, with_interrupt
@@ -513,3 +513,12 @@ def test_report_format_reads_as_one_paragraph() -> None:
         "Migrated 1 thread (1 checkpoint, 0 pending writes) from SqliteSaver to TelarSaver (file store). "
         "Nothing failed."
     )
+
+
+def test_migrate_is_the_function_at_the_package_top(tmp_path) -> None:
+    import telar_checkpoint
+
+    source = InMemorySaver()
+    multi_step().compile(checkpointer=source).invoke({"log": [], "count": 0}, config("steps"))
+    report = telar_checkpoint.migrate(source, TelarSaver(MemoryStore()))
+    assert callable(telar_checkpoint.migrate) and report.threads == 1 and report.ok

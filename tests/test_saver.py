@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import operator
 import threading
+from typing import Annotated
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from typing_extensions import TypedDict
 
 from telar_checkpoint import CheckpointDroppedError, MemoryStore, TelarSaver, UsageError
 from tests.graphs import multi_step
@@ -191,3 +194,83 @@ def test_a_message_edited_in_place_and_returned_is_stored_edited(store) -> None:
     assert fresh.get_state(config()).values["messages"] == expected
     history = [s.values["messages"] for s in fresh.get_state_history(config())]
     assert history == [s.values["messages"] for s in reference.get_state_history(config())]
+
+
+class Log(TypedDict):
+    log: Annotated[list[dict], operator.add]
+
+
+def _log_editing_graph(checkpointer):
+    """A node that edits an earlier item of an `operator.add` list in place and returns a new item."""
+    from langgraph.graph import END, START, StateGraph
+
+    def note(state: Log) -> dict:
+        if state["log"]:
+            state["log"][0]["text"] = "edited"  # in place, and not handed back
+        return {"log": [{"text": f"entry {len(state['log'])}"}]}
+
+    builder = StateGraph(Log)
+    builder.add_node("note", note)
+    builder.add_edge(START, "note")
+    builder.add_edge("note", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def test_an_item_edited_in_place_is_stored_as_inmemorysaver_stores_it(store) -> None:
+    """Issue 14, item 4: what is stored is the value given, whatever object it is. (With async
+    durability a put may run after the next node changed the object, for any saver: sync here.)"""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    reference, ours = _log_editing_graph(InMemorySaver()), _log_editing_graph(TelarSaver(store))
+    for turn in range(3):
+        for graph in (reference, ours):
+            graph.invoke({"log": [{"text": f"user {turn}"}]}, config(), durability="sync")
+    expected = reference.get_state(config()).values["log"]
+    assert expected[0]["text"] == "edited"
+    fresh = _log_editing_graph(TelarSaver(store))
+    assert fresh.get_state(config()).values["log"] == expected
+    assert [s.values for s in fresh.get_state_history(config())] == [s.values for s in reference.get_state_history(config())]
+
+
+class GatedStore(MemoryStore):
+    """A store whose whole-string updates wait at a gate, so a test can act while a put waits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def update_versioned(self, key, change):  # type: ignore[no-untyped-def]
+        self.entered.set()
+        assert self.release.wait(10), "the test never opened the gate"
+        return super().update_versioned(key, change)
+
+
+@pytest.mark.parametrize("call", ["put", "put_writes"])
+def test_what_is_stored_is_the_value_as_given_not_as_changed_while_it_waits(call) -> None:
+    """LangGraph changes state objects while a put waits its turn (async durability: the next
+    node runs); InMemorySaver stores them as they were given, so must we."""
+    store = GatedStore()
+    saver = TelarSaver(store)
+    message = {"text": "as given"}
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"], checkpoint["channel_versions"] = {"msgs": [message]}, {"msgs": 1}
+    if call == "put":
+        args = (config(), checkpoint, {"source": "input", "step": -1, "parents": {}}, {"msgs": 1})
+    else:
+        store.release.set()
+        stored = saver.put(config(), checkpoint, {"source": "input", "step": -1, "parents": {}}, {"msgs": 1})
+        saver = TelarSaver(store)  # no kept history: the writes take the whole-string update
+        store.entered.clear()
+        store.release.clear()
+        args = (stored, [("msgs", message)], "task-1")
+    writer = threading.Thread(target=getattr(saver, call), args=args)
+    writer.start()
+    assert store.entered.wait(10)
+    message["text"] = "changed while it waited"
+    store.release.set()
+    writer.join(10)
+    assert not writer.is_alive()
+    got = TelarSaver(store).get_tuple(config())
+    assert got.checkpoint["channel_values"]["msgs"] == [{"text": "as given"}]
+    if call == "put_writes":
+        assert got.pending_writes == [("task-1", "msgs", {"text": "as given"})]

@@ -1,34 +1,38 @@
 """`telar-checkpoint`: look at, check and tidy stored threads from the command line.
 
-A thin layer over the library (`telar_checkpoint.inspect`, `telar_checkpoint.verify`,
-the codec and the stores): it parses arguments, prints tables (or JSON with
-``--json``) and turns our errors into one-line messages and exit codes:
+A thin layer over the library (`telar_checkpoint.inspection`, `telar_checkpoint.verify`,
+`telar_checkpoint.repairing`, `telar_checkpoint.migration` and the stores): click parses
+the arguments, rich draws tables and progress bars that follow the terminal (or JSON
+with ``--json``), and our errors become one-line messages and exit codes:
 
 ====  ======================================================
 0     done; for verify: every thread is sound
 1     verify found errors; a question answered no; other failures
 2     a bad URL or bad usage
-3     no such thread or checkpoint
+3     no such thread or checkpoint; a migration source without threads
 4     corrupt stored data
+5     the store could not be reached or refused the operation
 ====  ======================================================
+
+click and rich come with the ``cli`` extra (``pip install 'telar-checkpoint[cli]'``);
+without them the command says so.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from telar_checkpoint.errors import SerializationError, StoredDataError, TelarError, UsageError
+from telar_checkpoint.errors import SerializationError, StoreError, StoredDataError, TelarError, UsageError
 
+EXIT_FAILED = 1  # verify found errors, the user said no, a migration had failures
 EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
+EXIT_NOT_FOUND = 3  # also: a migration source without threads
 EXIT_CORRUPT = 4
+EXIT_STORE = 5
 
 PROG = "telar-checkpoint"
-URL_HELP = "the store: a directory (or file:///dir), sqlite:///file.db, postgresql://..., redis://..."
-
-Command = Callable[[argparse.Namespace], int]
 
 
 def exit_code(exc: TelarError) -> int:
@@ -39,154 +43,54 @@ def exit_code(exc: TelarError) -> int:
         return EXIT_NOT_FOUND
     if isinstance(exc, (StoredDataError, SerializationError)):
         return EXIT_CORRUPT
-    return 1
+    if isinstance(exc, StoreError):
+        return EXIT_STORE
+    return EXIT_FAILED
 
 
-def _add(
-    commands: argparse._SubParsersAction,
-    name: str,
-    summary: str,
-    example: str,
-    handler: Command,
-    *,
-    url: bool = True,
-    json: bool = True,
-) -> argparse.ArgumentParser:
-    parser = commands.add_parser(
-        name,
-        help=summary,
-        description=summary,
-        epilog=f"example:\n  {example}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.set_defaults(handler=handler)
-    if url:
-        parser.add_argument("url", metavar="URL", help=URL_HELP)
-    if json:
-        parser.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
-    return parser
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
 
-
-def _progress(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--progress", action="store_true", help="draw a progress bar on stderr even when it is not a terminal")
-
-
-def _positive(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+        return version("telar-checkpoint")
+    except PackageNotFoundError:  # run from a checkout that was not installed
+        return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from telar_checkpoint.cli import _commands as look
-    from telar_checkpoint.cli import _manage as manage
+def build_app() -> Any:
+    """The click command group (needs the ``cli`` extra)."""
+    from telar_checkpoint.cli._app import build_app as build
 
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Look at, check and tidy the threads a TelarSaver stored.",
-        epilog="example:\n  telar-checkpoint threads ./.telar-checkpoint\n\n"
-        "Run `telar-checkpoint COMMAND --help` for the options and an example of each command.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    p = _add(commands, "threads", "list the threads: checkpoints, latest step, last update, size",
-             "telar-checkpoint threads ./.telar-checkpoint", look.cmd_threads)
-    _progress(p)
-
-    p = _add(commands, "history", "list a thread's checkpoints, oldest first",
-             "telar-checkpoint history ./.telar-checkpoint my-thread --ns ''", look.cmd_history)
-    p.add_argument("thread", metavar="THREAD")
-    p.add_argument("--ns", metavar="NS", help="only this namespace ('' for the root graph; default: all)")
-
-    p = _add(commands, "show", "show one checkpoint: state, metadata and pending writes",
-             "telar-checkpoint show ./.telar-checkpoint my-thread 1ef4f797-8335-6428-8001-8a1503f9b875",
-             look.cmd_show)
-    p.add_argument("thread", metavar="THREAD")
-    p.add_argument("checkpoint", metavar="CHECKPOINT", nargs="?", help="a checkpoint id (default: the latest)")
-    p.add_argument("--ns", metavar="NS", help="the namespace of CHECKPOINT (default: root for the latest, else any)")
-
-    p = _add(commands, "diff", "what changed in the state between two checkpoints",
-             "telar-checkpoint diff ./.telar-checkpoint my-thread 1ef4f797-8335-6428-8001-8a1503f9b875 "
-             "1ef4f797-8340-6a1c-8002-b5e2a1c37c1e", look.cmd_diff)
-    p.add_argument("thread", metavar="THREAD")
-    p.add_argument("a", metavar="A", help="the checkpoint id before")
-    p.add_argument("b", metavar="B", help="the checkpoint id after")
-    p.add_argument("--ns", metavar="NS", help="the namespace of A and B (default: any)")
-
-    p = _add(commands, "verify", "check every stored line; exit code 0 only when all is sound",
-             "telar-checkpoint verify sqlite:///checkpoints.db", look.cmd_verify)
-    p.add_argument("thread", metavar="THREAD", nargs="?", help="only this thread (default: all, and foreign entries)")
-    p.add_argument("--strict", action="store_true", help="fail on warnings too (torn lines, pending writes, foreign entries)")
-    _progress(p)
-
-    p = _add(commands, "trim", "keep only the last N checkpoints of one thread or of all",
-             "telar-checkpoint trim ./.telar-checkpoint --keep 20 my-thread", manage.cmd_trim)
-    p.add_argument("thread", metavar="THREAD", nargs="?", help="only this thread (default: all)")
-    p.add_argument("--keep", metavar="N", type=_positive, required=True, help="checkpoints to keep (at least 1)")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    _progress(p)
-
-    p = _add(commands, "delete", "delete a thread and all its checkpoints",
-             "telar-checkpoint delete ./.telar-checkpoint my-thread --yes", manage.cmd_delete)
-    p.add_argument("thread", metavar="THREAD")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-
-    p = _add(commands, "demo", "run a LangGraph graph that pauses at interrupt() and resumes in a new saver",
-             "telar-checkpoint demo ./demo-checkpoints", manage.cmd_demo, url=False, json=False)
-    p.add_argument("directory", metavar="DIR", nargs="?", help="where to store the files (default: a new temporary directory)")
-
-    _add_migration_commands(commands)
-    return parser
+    return build(_version())
 
 
-def _add_migration_commands(commands: argparse._SubParsersAction) -> None:
-    from telar_checkpoint.cli import _migrate as moves
-
-    p = _add(commands, "export", "write one thread as a .jsonl file (its stored lines)",
-             "telar-checkpoint export ./.telar-checkpoint my-thread -o my-thread.jsonl", moves.cmd_export, json=False)
-    p.add_argument("thread", metavar="THREAD")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
-
-    p = _add(commands, "import", "store a .jsonl file (from export) as a thread, after checking it reads back",
-             "telar-checkpoint import sqlite:///checkpoints.db my-thread my-thread.jsonl", moves.cmd_import)
-    p.add_argument("thread", metavar="THREAD")
-    p.add_argument("file", metavar="FILE", help="the .jsonl file ('-' for stdin)")
-    p.add_argument("--replace", action="store_true", help="overwrite a thread that holds a different history")
-
-    p = _add(commands, "migrate", "copy threads from a LangGraph saver or a store of ours into a store of ours",
-             "telar-checkpoint migrate --from langgraph+sqlite:///checkpoints.sqlite --to file:///srv/checkpoints",
-             moves.cmd_migrate, url=False)
-    p.add_argument("--from", dest="source", metavar="URL", required=True,
-                   help="langgraph+sqlite:///file.db (SqliteSaver), langgraph+postgresql://... (PostgresSaver) "
-                   "or a store URL of ours")
-    p.add_argument("--to", dest="target", metavar="URL", required=True, help=URL_HELP)
-    p.add_argument("--thread", dest="threads", metavar="ID", action="append", help="only this thread (repeatable)")
-    p.add_argument("--dry-run", action="store_true", help="read and check everything, write nothing")
-    _progress(p)
+def _error(message: str) -> None:
+    text = " ".join(line.strip() for line in message.splitlines())  # a driver's message may span lines
+    print(f"{PROG}: error: {text}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with `argv` (default: sys.argv[1:]); returns the exit code."""
-    parser = build_parser()
     try:
-        args, extra = parser.parse_known_args(argv)
-        # argparse (before 3.13) gives an optional positional nothing when an option comes
-        # first: `trim URL --keep 2 THREAD`. Take the THREAD it left over.
-        if len(extra) == 1 and not extra[0].startswith("-") and getattr(args, "thread", "") is None:
-            args.thread, extra = extra[0], []
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    except SystemExit as exc:  # --help, or a usage error argparse already printed
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        import click
+        import rich  # noqa: F401  (checked here, imported where it draws)
+    except ImportError as exc:
+        _error(f"the command line needs the {exc.name} package: pip install 'telar-checkpoint[cli]'")
+        return EXIT_USAGE
+    app = build_app()
     try:
-        return args.handler(args)
+        return int(app.main(args=list(sys.argv[1:] if argv is None else argv), prog_name=PROG,
+                            standalone_mode=False) or 0)
+    except click.ClickException as exc:  # bad usage: click's message, with the usage line
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
     except TelarError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return exit_code(exc)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
@@ -196,4 +100,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-__all__ = ["build_parser", "exit_code", "main"]
+__all__ = ["build_app", "exit_code", "main"]

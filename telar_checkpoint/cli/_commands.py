@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import types
 from collections.abc import Iterator
-from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
-from telar_checkpoint.cli._output import ProgressBar, compact, plural, table, to_json, when
-from telar_checkpoint.errors import UsageError
-from telar_checkpoint.inspect import (
+from telar_checkpoint.cli import EXIT_FAILED
+from telar_checkpoint.cli._output import ProgressBar, compact, plural, styled, table, to_json, when
+from telar_checkpoint.inspection import (
     diff_checkpoints,
     list_threads,
     read_thread,
@@ -18,41 +16,24 @@ from telar_checkpoint.inspect import (
     thread_history,
 )
 from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.opening import open_existing, open_target
 from telar_checkpoint.verify import verify_store
 
-EXIT_FAILED = 1  # verify found errors, or the user said no
-
-
-def local_path(url: str) -> Path | None:
-    """The directory or database file a local store URL names (None for server and memory URLs)."""
-    if "://" not in url and not url.startswith(("file:", "sqlite:")):
-        return Path(url)
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        return Path(unquote(parts.path))
-    if parts.scheme == "sqlite":
-        path = unquote(parts.path)
-        return Path(path[1:] if url.startswith("sqlite:///") else path)
-    return None
+_STATUS_COLOURS = {"FAILED": "red", "warn": "yellow", "ok": "green"}
 
 
 @contextlib.contextmanager
 def opened(url: str, *, create: bool = False) -> Iterator[Store]:
-    """The store `url` names, closed after use. Unless `create`, a local store must exist
-    (so a mistyped path is an error, not a new empty store)."""
-    from telar_checkpoint.stores.url import open_store
-
-    path = local_path(url)
-    if not create and path is not None and not path.exists():
-        raise UsageError(f"no store at {url!r}: {path} does not exist")
-    store = open_store(url)
+    """The store `url` names, closed after use. Unless `create`, nothing is created or changed:
+    a mistyped path or another tool's database is an error, not a new empty store."""
+    store = open_target(url) if create else open_existing(url)
     try:
         yield store
     finally:
         store.close()
 
 
-def cmd_threads(args: argparse.Namespace) -> int:
+def cmd_threads(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         bar = ProgressBar("reading threads", args.progress)
         try:
@@ -82,10 +63,12 @@ def cmd_threads(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_history(args: argparse.Namespace) -> int:
+def cmd_history(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         text = read_thread(store, args.thread)
     infos = thread_history(args.thread, text, ns=args.ns)
+    if not infos and args.ns:  # `--ns child` where the namespaces are `child:<task id>`
+        infos = [i for i in thread_history(args.thread, text) if i.ns.split(":", 1)[0] == args.ns]
     if args.json:
         print(to_json(infos))
         return 0
@@ -104,7 +87,7 @@ def history_table(infos: list) -> str:
     return table(headers, rows, right=(2, 5), optional=(1,)) + f"\n{plural(len(infos), 'checkpoint')}"
 
 
-def cmd_show(args: argparse.Namespace) -> int:
+def cmd_show(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         text = read_thread(store, args.thread)
     view = show_checkpoint(args.thread, text, args.checkpoint, ns=args.ns)
@@ -135,7 +118,7 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-def cmd_diff(args: argparse.Namespace) -> int:
+def cmd_diff(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         text = read_thread(store, args.thread)
     changes = diff_checkpoints(args.thread, text, args.a, args.b, ns=args.ns)
@@ -156,7 +139,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
+def cmd_verify(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         bar = ProgressBar("verifying", args.progress)
         try:
@@ -171,23 +154,32 @@ def cmd_verify(args: argparse.Namespace) -> int:
             ]
             for thread_id, problems in report.threads.items()
         }
-        print(to_json({"ok": not failed, "threads": threads, "foreign": report.foreign}))
+        print(to_json({"ok": not failed, "threads": threads, "foreign": report.foreign, "stale": report.stale}))
         return EXIT_FAILED if failed else 0
     counts = {"ok": 0, "warnings": 0, "errors": 0}
     for thread_id, problems in report.threads.items():
         errors = sum(p.severity == "error" for p in problems)
         status = "FAILED" if errors else "warn" if problems else "ok"
         counts["errors" if errors else "warnings" if problems else "ok"] += 1
-        print(f"{status:<7} {thread_id}")
+        if args.quiet and not problems:
+            continue
+        print(f"{styled(status, _STATUS_COLOURS[status])}{' ' * (7 - len(status))} {thread_id}")
         for p in problems:
             print(f"  {p}")
     for name in report.foreign:
         print(f"foreign {name}: not a history of ours (never touched)")
+    for name in report.stale:
+        print(f"stale   {name}: a temporary file a killed rewrite left (the next rewrite removes it)")
     summary = (
         f"\n{plural(len(report.threads), 'thread')}: {counts['ok']} ok, "
         f"{counts['warnings']} with warnings only, {counts['errors']} failed"
     )
     if report.foreign:
         summary += f"; {plural(len(report.foreign), 'foreign entry').replace('entrys', 'entries')}"
-    print(summary + (" -- FAILED" if failed else " -- sound"))
+    if failed and report.ok:  # only --strict failed it: say on what
+        codes = sorted({p.code for p in report.problems})
+        summary += f" -- FAILED (--strict: warnings {', '.join(codes)})"
+    else:
+        summary += " -- FAILED" if failed else " -- sound"
+    print(summary.lstrip("\n") if args.quiet and not any(report.threads.values()) and not report.foreign else summary)
     return EXIT_FAILED if failed else 0

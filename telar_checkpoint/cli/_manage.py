@@ -1,20 +1,19 @@
-"""The commands that change or create: trim, delete, demo (and export, import, migrate when available)."""
+"""The commands that change or create: trim, delete, repair, demo."""
 
 from __future__ import annotations
 
-import argparse
 import sys
+import types
 from dataclasses import dataclass
 
-from telar_checkpoint.cli._commands import EXIT_FAILED, opened
+from telar_checkpoint.cli import EXIT_CORRUPT, EXIT_FAILED
+from telar_checkpoint.cli._commands import opened
 from telar_checkpoint.cli._output import ProgressBar, confirm, plural, table, to_json
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import StoredDataError
 from telar_checkpoint.history import History
-from telar_checkpoint.inspect import read_thread, stored_size
+from telar_checkpoint.inspection import read_thread, stored_size
 from telar_checkpoint.stores.base import Store
-
-EXIT_CORRUPT = 4
 
 
 @dataclass(slots=True)
@@ -48,7 +47,7 @@ def plan_trim(
     return plans, corrupt
 
 
-def cmd_trim(args: argparse.Namespace) -> int:
+def cmd_trim(args: types.SimpleNamespace) -> int:
     codec = CheckpointCodec()
     with opened(args.url) as store:
         if args.thread:
@@ -85,7 +84,7 @@ def cmd_trim(args: argparse.Namespace) -> int:
     return EXIT_CORRUPT if corrupt else 0
 
 
-def cmd_delete(args: argparse.Namespace) -> int:
+def cmd_delete(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         text = read_thread(store, args.thread)
         try:
@@ -104,7 +103,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: types.SimpleNamespace) -> int:
     import tempfile
 
     from telar_checkpoint.demo import run_demo
@@ -113,3 +112,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(run_demo(directory), end="")
     return 0
 
+
+
+def cmd_repair(args: types.SimpleNamespace) -> int:
+    from urllib.parse import quote
+
+    from telar_checkpoint.repairing import plan_repair, repair
+
+    with opened(args.url) as store:
+        plan = plan_repair(args.thread, read_thread(store, args.thread))
+        if not plan.needed:
+            if args.json:
+                print(to_json({"repaired": False, "dropped": [], "backup": None}))
+            else:
+                print(f"thread {args.thread!r} reads whole: nothing to repair")
+            return 0
+        if not args.json:
+            lines = plan.original.count("\n") + (not plan.original.endswith("\n"))
+            print(f"thread {args.thread!r}: {plural(lines, 'line')}, the repair drops {len(plan.dropped)}:")
+            for drop in plan.dropped:
+                print(f"  line {drop.line}: {drop.reason}")
+        if not confirm(f"Repair thread {args.thread!r}, dropping {plural(len(plan.dropped), 'line')}?", args.yes):
+            print("aborted; nothing was changed", file=sys.stderr)
+            return EXIT_FAILED
+        backup = args.backup
+        if backup is None and store.kind != "file":
+            backup = f"{quote(args.thread, safe='')}.bak.jsonl"  # in the current directory
+        done = repair(store, args.thread, backup=backup)
+    if args.json:
+        print(to_json({"repaired": True, "dropped": done.dropped, "backup": done.backup}))
+    else:
+        print(f"repaired thread {args.thread!r}: {plural(len(done.dropped), 'line')} dropped; "
+              f"the original is in {done.backup}")
+    return 0

@@ -1,32 +1,37 @@
-"""The commands that move threads: export, import and migrate, over `telar_checkpoint.migrate`."""
+"""The commands that move threads: export, import and migrate, over `telar_checkpoint.migration`."""
 
 from __future__ import annotations
 
-import argparse
+import types
 import sys
 
-from telar_checkpoint.cli._commands import EXIT_FAILED, local_path, opened
+from telar_checkpoint.cli import EXIT_FAILED, EXIT_NOT_FOUND
+from telar_checkpoint.cli._commands import opened
 from telar_checkpoint.cli._output import ProgressBar, to_json
 from telar_checkpoint.errors import UsageError
-from telar_checkpoint.inspect import read_thread
-from telar_checkpoint.migrate import MigrationReport, export_thread, import_thread, migrate, open_source
+from telar_checkpoint.inspection import read_thread
+from telar_checkpoint.migration import MigrationReport, export_thread, import_thread, migrate, open_source
 from telar_checkpoint.saver import TelarSaver
 
 
-def cmd_export(args: argparse.Namespace) -> int:
+def cmd_export(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         read_thread(store, args.thread)  # a missing thread: exit code 3
-        text = export_thread(TelarSaver(store), args.thread)
+        text = export_thread(TelarSaver(store), args.thread, raw=args.raw)
     if args.output:
-        with open(args.output, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-            f.write(text)
-        print(f"exported thread {args.thread!r} to {args.output} ({text.count(chr(10))} lines)", file=sys.stderr)
+        try:
+            with open(args.output, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+                f.write(text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
+        lines = text.count("\n") + (not text.endswith("\n") and bool(text))
+        print(f"exported thread {args.thread!r} to {args.output} ({lines} lines)", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
 
 
-def cmd_import(args: argparse.Namespace) -> int:
+def cmd_import(args: types.SimpleNamespace) -> int:
     try:
         if args.file == "-":
             text = sys.stdin.read()
@@ -40,14 +45,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     return _print_report(report, args.json)
 
 
-def cmd_migrate(args: argparse.Namespace) -> int:
-    path = local_path(args.source)
-    if path is not None and not path.exists():
-        raise UsageError(f"no store at {args.source!r}: {path} does not exist")
+def cmd_migrate(args: types.SimpleNamespace) -> int:
     bar = ProgressBar("migrating", args.progress)
     with open_source(args.source) as source, opened(args.target, create=True) as store:
         try:
-            report = migrate(source, TelarSaver(store), thread_ids=args.threads, dry_run=args.dry_run, progress=bar)
+            report = migrate(source, TelarSaver(store), thread_ids=list(args.threads) or None, dry_run=args.dry_run, progress=bar)
         finally:
             bar.close()
     return _print_report(report, args.json)
@@ -58,4 +60,6 @@ def _print_report(report: MigrationReport, as_json: bool) -> int:
         print(to_json({"ok": report.ok, **{k: getattr(report, k) for k in report.__slots__}}))
     else:
         print(report.format())
+    if report.source_empty:
+        return EXIT_NOT_FOUND
     return 0 if report.ok else EXIT_FAILED

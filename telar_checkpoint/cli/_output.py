@@ -31,19 +31,48 @@ def when(ts: str | None) -> str:
     return ts[:19].replace("T", " ") if ts else "-"
 
 
+def _console(stream: TextIO) -> Any:
+    """A rich console on `stream`: the terminal's width and colours (none with NO_COLOR), or, when
+    `stream` is not a terminal, no width limit (a script reads whole lines) and no colour."""
+    from rich.console import Console
+
+    terminal = stream.isatty()
+    return Console(
+        file=stream, width=None if terminal else 1_000_000,
+        markup=False, highlight=False, emoji=False, no_color=None if terminal else True,
+    )  # fmt: skip
+
+
 def table(
     headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = (), optional: Sequence[int] = ()
 ) -> str:
-    """Rows as aligned columns under `headers`. Columns numbered in `right` are right-aligned;
-    those in `optional` are left out when no row has a value there."""
-    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
-    shown = [i for i in range(len(headers)) if i not in optional or any(row[i] for row in cells[1:])]
-    widths = {i: max(len(row[i]) for row in cells) for i in shown}
-    lines = []
+    """Rows as aligned columns under `headers`, two spaces apart. Columns numbered in `right` are
+    right-aligned; those in `optional` are left out when no row has a value there. Drawn by rich for
+    stdout: on a terminal, wide cells fold to its width and headers are bold."""
+    from rich.table import Table
+
+    cells = [["-" if c is None else str(c) for c in row] for row in rows]
+    shown = [i for i in range(len(headers)) if i not in optional or any(row[i] for row in cells)]
+    drawn = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False, header_style="bold")
+    for i in shown:
+        drawn.add_column(headers[i], justify="right" if i in right else "left", overflow="fold")  # never cut
     for row in cells:
-        parts = [row[i].rjust(widths[i]) if i in right else row[i].ljust(widths[i]) for i in shown]
-        lines.append("  ".join(parts).rstrip())
-    return "\n".join(lines)
+        drawn.add_row(*(row[i] for i in shown))
+    console = _console(sys.stdout)
+    with console.capture() as captured:
+        console.print(drawn)
+    return "\n".join(line.rstrip() for line in captured.get().splitlines())
+
+
+def styled(text: str, style: str) -> str:
+    """`text` in a rich `style` (a colour, say) when stdout is a terminal; as it is otherwise.
+    NO_COLOR drops the colour (rich follows it)."""
+    if not sys.stdout.isatty():
+        return text
+    console = _console(sys.stdout)
+    with console.capture() as captured:
+        console.print(text, style=style, end="")
+    return str(captured.get())
 
 
 def plural(count: int, noun: str) -> str:
@@ -51,30 +80,32 @@ def plural(count: int, noun: str) -> str:
 
 
 class ProgressBar:
-    """Draws ``label [#####-----] 5/10`` on stderr; a no-op unless stderr is a TTY or forced."""
-
-    WIDTH = 30
+    """A rich progress bar on stderr (``label ━━━━ 5/10``); a no-op unless stderr is a terminal or `force`
+    (then, off a terminal, the bar is drawn once, when it closes, without control codes)."""
 
     def __init__(self, label: str, force: bool = False, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.label = label
         self.enabled = force or self.stream.isatty()
-        self.drawn = False
+        self._bar: Any = None
+        self._task: Any = None
 
     def __call__(self, done: int, total: int, _item: object = None) -> None:
         if not self.enabled or total <= 0:
             return
-        filled = self.WIDTH * done // total
-        bar = "#" * filled + "-" * (self.WIDTH - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {done}/{total}")
-        self.stream.flush()
-        self.drawn = True
+        if self._bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 console=_console(self.stream), transient=False)
+            self._task = self._bar.add_task(self.label, total=total)
+            self._bar.start()
+        self._bar.update(self._task, completed=done, total=total)
 
     def close(self) -> None:
-        if self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.drawn = False
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
 
 
 def confirm(question: str, assume_yes: bool) -> bool:

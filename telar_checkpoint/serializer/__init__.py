@@ -50,17 +50,40 @@ tag               Python value                    payload
                   Overwrite, ...)                 ``init=False`` ones included)
 ``$namedtuple``   NamedTuple (``_DeltaSnapshot``)  ``{"class", "fields"}``
 ``$enum``         Enum member                     ``{"class", "value"}``
-``$error``        exception                       ``{"class", "args"}``
+``$error``        exception (older lines only:    ``{"class", "args"}``; read back as the
+                  now written as ``repr`` text)   text ``repr`` gives, never built
 ``$send``         langgraph.types.Send            ``{"node", "arg", "timeout"?}``
 ================  ==============================  ========================================
 
 Every other object, whatever its keys, is a plain dict. A ``"class"`` is a short
 alias for the types loaded by default (``AIMessage``, ``Document``, ``Send``,
-``Interrupt``, ``Command``, ``Overwrite``, ``DeltaSnapshot``, ``ValueError``...)
-or ``"module:qualname"`` for anything else. Loading resolves it only against
-the allowlist: the default types plus ``allowed_classes`` and the pairs given
-to ``with_msgpack_allowlist``; anything else raises `SerializationError`. No
-pickle, no import, no call of a name found in the data.
+``Interrupt``, ``Command``, ``Overwrite``, ``DeltaSnapshot``...) or
+``"module:qualname"`` for anything else.
+
+Values come back as LangGraph's own serializer gives them, so a program sees
+what ``InMemorySaver`` gives it:
+
+- An exception is stored as its ``repr`` text (``"ValueError('boom')"``): LangGraph
+  gives a failed task's error as that text, and reads it back as the error.
+- A subclass of ``str``, ``int``, ``float``, ``list`` or ``dict`` with no tag of its
+  own (``message.text``, a ``TextAccessor``) is stored as the base type's value.
+- Loading never fails because of a value's type. A stored object naming a class is
+  rebuilt through that class when it is on the allowlist (the types above,
+  ``allowed_classes``, the pairs given to ``with_msgpack_allowlist``: LangGraph
+  passes the state schema's classes in strict mode) or, unless strict, when it is a
+  data class of the tag's kind (pydantic model, pydantic.v1 model, dataclass, Enum,
+  NamedTuple, but no LangChain runnable) in a module the program has already
+  imported, found through namespace dicts by its exact ``module:qualname``; that
+  is logged once per class, as LangGraph logs it. Otherwise (strict and not listed,
+  module not imported, a class defined inside a function, a name of something
+  else, a program's class refusing the stored fields, after a pydantic model was
+  also tried without validation as LangGraph does) it loads as its plain data (the
+  decoded fields, or the enum's value), logged once per class. Strict is
+  ``LANGGRAPH_STRICT_MSGPACK=true``, or ``JsonSerializer(strict=True)``.
+- No pickle, no import, no call of a function named by the data; the only code a
+  stored value can reach is a data class's own construction. A payload of the
+  wrong shape, an unknown tag, or one of our own types refusing its fields is
+  damaged data: `SerializationError`.
 """
 
 from telar_checkpoint.serializer._serializer import JsonSerializer

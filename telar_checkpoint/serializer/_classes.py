@@ -1,5 +1,6 @@
-"""Stored objects that name a class: looked up in the allowlist, checked to be of
-the kind their tag says, and rebuilt through that class only.
+"""Stored objects that name a class: the class is found (`Allowlist.listed`, or
+`Allowlist.unlisted`), checked to be of the kind its tag says, and rebuilt through that class
+only; a class not found, or one that refuses its stored fields, gives the plain data.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from telar_checkpoint.errors import SerializationError
 from telar_checkpoint.serializer._payload import LEAF_TYPES, Decode, bad, expect_keys, want
 from telar_checkpoint.serializer._registry import (
     BUILTIN_CLASSES,
+    BUILTIN_NAMES,
     CONSTRUCT_WITHOUT_VALIDATION,
     Allowlist,
+    warn_once,
 )
 
 _Send: type | None = BUILTIN_CLASSES.get("Send")
@@ -30,11 +33,41 @@ def _fields(payload: Any, dec: Decode, tag: str) -> dict[str, Any]:
     return {k: v if type(v) in LEAF_TYPES else dec(v) for k, v in fields.items()}
 
 
-def _build(cls: type, build: Callable[[], Any], tag: str) -> Any:
+def _build(cls: type, build: Callable[[], Any], tag: str, plain: Any) -> Any:
+    """`build()`; if the class refuses the stored fields, `plain` (the stored data)
+    for a class of the program's (it may have changed since), an error for ours."""
     try:
         return build()
-    except Exception as exc:  # the class refused the stored fields
+    except Exception as exc:
+        return _plain_after_refusal(cls, tag, exc, plain)
+
+
+def _plain_after_refusal(cls: type, tag: str, exc: Exception, plain: Any) -> Any:
+    if cls in BUILTIN_NAMES:  # our own types: stored fields they refuse are damaged data
         raise _refused(cls, tag, exc) from exc
+    _warn_refused("refused", cls, "as plain data: the class", exc)
+    return plain
+
+
+def _warn_refused(kind: str, cls: type, how: str, exc: Exception) -> None:
+    """Warn once per class and `kind` that `cls` refused its stored fields, and how it is loaded."""
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    warn_once(kind, name, "Loading %s from a checkpoint %s refused the stored fields (%s).", name, how, type(exc).__name__)
+
+
+def _class(
+    record: dict[str, Any], tag: str, allowlist: Allowlist, is_kind: Callable[[type], bool], kind: str
+) -> type | None:
+    """The class a stored object names, checked to be a `kind`; None for its plain data."""
+    name = record["class"]
+    if type(name) is not str:
+        raise bad(tag, f"the class name is {name!r:.80}, not text")
+    cls = allowlist.listed(name)
+    if cls is None:
+        return allowlist.unlisted(name, tag, is_kind)
+    if not is_kind(cls):  # a listed class in the wrong tag: not something we wrote
+        raise bad(tag, f"{name!r} is not a {kind}")
+    return cls
 
 
 _REQUIRED, _VALUE, _FACTORY, _COPY = range(4)
@@ -192,9 +225,9 @@ def _model_builder(cls: type[pydantic.BaseModel], tag: str) -> _Builder:
 
     def build(stored: dict[str, Any], dec: Decode) -> Any:
         fields = {k: v if type(v) in leaf else dec(v) for k, v in stored.items()}
+        if validate:
+            return _validated(cls, fields, tag, cls.model_construct)
         try:
-            if validate:
-                return cls(**fields)
             return cls.model_construct(set(fields), **fields)
         except Exception as exc:  # the class refused the stored fields
             raise _refused(cls, tag, exc) from exc
@@ -202,83 +235,103 @@ def _model_builder(cls: type[pydantic.BaseModel], tag: str) -> _Builder:
     return build
 
 
+def _validated(cls: type, fields: dict[str, Any], tag: str, construct: Callable[..., Any]) -> Any:
+    """A model of the program's, validated from its stored fields; if it refuses them
+    (the class changed since), built by `construct`, without validation, as LangGraph's
+    serializer does; if even that fails, the plain fields."""
+    try:
+        return cls(**fields)
+    except Exception as exc:
+        _warn_refused("unvalidated", cls, "without validation: it", exc)
+    try:
+        return construct(**fields)
+    except Exception as exc:
+        return _plain_after_refusal(cls, tag, exc, fields)
+
+
+def _is_model(cls: type) -> bool:
+    return issubclass(cls, pydantic.BaseModel)
+
+
 def _model(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
     record = expect_keys(payload, "$model", ("class", "fields"))
-    name = record["class"]
-    cls = allowlist.lookup(name, "$model")
-    if not issubclass(cls, pydantic.BaseModel):
-        raise bad("$model", f"{name!r} is not a pydantic model")
+    cls = _class(record, "$model", allowlist, _is_model, "pydantic model")
+    if cls is None:
+        return _fields(record, dec, "$model")
     build = _model_builder(cls, "$model")
-    allowlist.model_builders[name] = build  # the decoder's fast path, next time
+    allowlist.model_builders[record["class"]] = build  # the decoder's fast path, next time
     return build(want(record["fields"], dict, "$model"), dec)
 
 
-def _by_keywords(tag: str, accepts: Callable[[type], bool], kind: str) -> Callable[[Any, Decode, Allowlist], Any]:
-    """The decoder of `tag`: a class of `kind` (as `accepts` says), called with its stored fields."""
-
-    def decode(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
-        record = expect_keys(payload, tag, ("class", "fields"))
-        cls = allowlist.lookup(record["class"], tag)
-        if not accepts(cls):
-            raise bad(tag, f"{record['class']!r} is not a {kind}")
-        fields = _fields(record, dec, tag)
-        return _build(cls, lambda: cls(**fields), tag)
-
-    return decode
+def _model_v1(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
+    record = expect_keys(payload, "$model_v1", ("class", "fields"))
+    cls = _class(record, "$model_v1", allowlist, _is_model_v1, "pydantic.v1 model")
+    fields = _fields(record, dec, "$model_v1")
+    if cls is None:
+        return fields
+    return _validated(cls, fields, "$model_v1", cls.construct)
 
 
-_model_v1 = _by_keywords("$model_v1", lambda cls: issubclass(cls, pydantic.v1.BaseModel), "pydantic.v1 model")
-_namedtuple = _by_keywords("$namedtuple", lambda cls: issubclass(cls, tuple) and hasattr(cls, "_fields"), "NamedTuple")
+def _is_model_v1(cls: type) -> bool:
+    return issubclass(cls, pydantic.v1.BaseModel)
+
+
+def _is_namedtuple(cls: type) -> bool:
+    return issubclass(cls, tuple) and hasattr(cls, "_fields")
+
+
+def _namedtuple(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
+    record = expect_keys(payload, "$namedtuple", ("class", "fields"))
+    cls = _class(record, "$namedtuple", allowlist, _is_namedtuple, "NamedTuple")
+    fields = _fields(record, dec, "$namedtuple")
+    return fields if cls is None else _build(cls, lambda: cls(**fields), "$namedtuple", fields)
+
+
+def _is_dataclass(cls: type) -> bool:
+    return dataclasses.is_dataclass(cls)
 
 
 def _dataclass(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
     record = expect_keys(payload, "$dataclass", ("class", "fields"))
-    cls = allowlist.lookup(record["class"], "$dataclass")
-    if not dataclasses.is_dataclass(cls):
-        raise bad("$dataclass", f"{record['class']!r} is not a dataclass")
+    cls = _class(record, "$dataclass", allowlist, _is_dataclass, "dataclass")
     fields = _fields(record, dec, "$dataclass")
+    if cls is None:
+        return fields
     init_names = {field.name for field in dataclasses.fields(cls) if field.init}
     later = {name: value for name, value in fields.items() if name not in init_names}
     known = {field.name for field in dataclasses.fields(cls)}
-    if not later.keys() <= known:
-        raise bad("$dataclass", f"{record['class']} has no fields {sorted(later.keys() - known)}")
 
     def build() -> Any:
+        if not later.keys() <= known:
+            raise TypeError(f"{cls.__qualname__} has no fields {sorted(later.keys() - known)}")
         obj = cls(**{name: value for name, value in fields.items() if name in init_names})
         for name, value in later.items():  # init=False fields, frozen or not
             object.__setattr__(obj, name, value)
         return obj
 
-    return _build(cls, build, "$dataclass")
+    return _build(cls, build, "$dataclass", fields)
 
 
 def _enum(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
     record = expect_keys(payload, "$enum", ("class", "value"))
-    cls = allowlist.lookup(record["class"], "$enum")
-    if not issubclass(cls, Enum):
-        raise bad("$enum", f"{record['class']!r} is not an Enum")
+    cls = _class(record, "$enum", allowlist, lambda cls: issubclass(cls, Enum), "Enum")
     value = dec(record["value"])
-    return _build(cls, lambda: cls(value), "$enum")
+    return value if cls is None else _build(cls, lambda: cls(value), "$enum", value)
 
 
 def _error(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
-    """An exception; one of a class we do not load comes back as its repr text.
+    """An exception stored by an earlier release, as the text LangGraph's savers give.
 
-    LangGraph stores the error of every failed task (a user's own exception, a
-    `CancelledError`) and only needs to know that it failed; its own serializer
-    keeps every exception as `repr(exc)`. So an unknown class is never loaded,
-    and never stops a resume either.
+    LangGraph's serializer stores an exception (the error of a failed task, most
+    often) as ``repr(exc)``, and LangGraph reads such text back as the error;
+    we now write that text too. Earlier releases wrote the class and args: they
+    read back as the text ``repr`` gives for a plain exception of that class,
+    without building it.
     """
     record = expect_keys(payload, "$error", ("class", "args"))
     args = dec(want(record["args"], list, "$error"))
-    try:
-        cls = allowlist.lookup(record["class"], "$error")
-    except SerializationError:
-        name = str(record["class"]).rpartition(":")[2].rpartition(".")[2]
-        return f"{name}({', '.join(map(repr, args))})"
-    if not issubclass(cls, BaseException):
-        raise bad("$error", f"{record['class']!r} is not an exception")
-    return _build(cls, lambda: cls(*args), "$error")
+    name = want(record["class"], str, "$error").rpartition(":")[2].rpartition(".")[2]
+    return f"{name}({repr(args[0]) if len(args) == 1 else ', '.join(map(repr, args))})"
 
 
 def _send(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
@@ -287,8 +340,8 @@ def _send(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
     record = expect_keys(payload, "$send", ("node", "arg"), ("timeout",))
     node, arg, timeout = dec(record["node"]), dec(record["arg"]), dec(record.get("timeout"))
     if timeout is None:  # langgraph<1.2's Send takes no timeout
-        return _build(_Send, lambda: _Send(node, arg), "$send")
-    return _build(_Send, lambda: _Send(node, arg, timeout=timeout), "$send")
+        return _build(_Send, lambda: _Send(node, arg), "$send", None)
+    return _build(_Send, lambda: _Send(node, arg, timeout=timeout), "$send", None)
 
 
 CLASS_TAGS: dict[str, Callable[[Any, Decode, Allowlist], Any]] = {

@@ -1,9 +1,10 @@
-"""JSON values back to Python values: the exact inverse of `_encode`.
+"""JSON values back to Python values: the inverse of `_encode`.
 
-An object with one key starting with ``"$"`` is a tag, looked up in `TAGS`; an
-unknown tag, a malformed payload or a class not on the allowlist raises
-SerializationError. Nothing here imports a module or calls anything the data
-names: classes come from the `Allowlist` dict, functions from fixed tables.
+An object with one key starting with ``"$"`` is a tag, looked up in `TAGS` (or
+`CLASS_TAGS`); an unknown tag or a malformed payload raises SerializationError, a
+class that is not found gives the plain data (`_classes`). Nothing here imports a
+module or calls anything the data names: classes come from the `Allowlist` and
+modules already imported, functions from fixed tables.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """Python values to JSON values: plain where JSON has the type, a one-key tag where not.
 
 `to_jsonable` dispatches on the exact type: the JSON types first, inline, then a
-dict from type to encoder, filled on first sight of a new class. A value we
-cannot write back exactly raises SerializationError naming its type.
+dict from type to encoder, filled on first sight of a new class. A value is
+written as LangGraph's serializer reads it back where that differs from the value
+(an exception as its repr text, a `str` subclass as a `str`); one we cannot write
+raises SerializationError naming its type.
 """
 
 from __future__ import annotations
@@ -297,9 +299,27 @@ def _enum_encoder(cls: type[Enum]) -> Callable[[Any], Any]:
     return lambda obj: {"$enum": {"class": name, "value": to_jsonable(obj.value)}}
 
 
-def _error_encoder(cls: type[BaseException]) -> Callable[[Any], Any]:
-    name = class_name(cls)
-    return lambda obj: {"$error": {"class": name, "args": [to_jsonable(a) for a in obj.args]}}
+def _encode_error(obj: BaseException) -> Any:
+    """An exception as its repr text, as LangGraph's serializer stores it: LangGraph
+    reads a failed task's error back as that text (`StateSnapshot.tasks[i].error`)."""
+    return to_jsonable(repr(obj))
+
+
+# Built-in types whose subclasses (a `TextAccessor`, an `np.float64`) we store as the
+# base type's value, as LangGraph's serializer does: they read back as the base type.
+# The base method returns an exact copy without calling the subclass's overrides.
+_BASE_VALUE: tuple[tuple[type, Callable[[Any], Any]], ...] = (
+    (str, str.__str__), (int, int.__int__), (float, float.__float__),
+    (list, list.copy), (dict, dict.copy),
+)  # fmt: skip
+
+
+def _base_type_encoder(cls: type) -> Callable[[Any], Any] | None:
+    """For a subclass of a type in _BASE_VALUE: store the base type's value."""
+    for base, base_value in _BASE_VALUE:
+        if issubclass(cls, base):
+            return lambda obj: to_jsonable(base_value(obj))
+    return None
 
 
 def _encode_send(obj: Any) -> Any:
@@ -326,11 +346,13 @@ def _encoder_for_class(cls: type) -> Callable[[Any], Any]:
     elif cls is _Send:
         encode = _encode_send
     elif issubclass(cls, BaseException):
-        encode = _error_encoder(cls)
+        encode = _encode_error
     elif cls in (pathlib.PosixPath, pathlib.WindowsPath):
         encode = lambda obj: {"$path": to_jsonable(str(obj))}  # noqa: E731
     elif issubclass(cls, ZoneInfo):
         encode = _encode_zoneinfo
+    elif (as_base := _base_type_encoder(cls)) is not None:
+        encode = as_base
     else:
         raise SerializationError(
             f"cannot store a value of type {cls.__module__}.{cls.__qualname__} as JSON; "

@@ -1,21 +1,24 @@
-"""The closed registry of classes a stored value may name.
+"""The classes a stored value may name, and how a name becomes a class.
 
 A stored object names its class by a short alias for the types we ship support
-for (``"AIMessage"``, ``"Send"``, ``"ValueError"``) or by ``"module:qualname"``
-for anything else. Loading looks the name up in a dict; nothing is imported and
-no attribute named by the data is fetched. A ``(module, name)`` pair given by
-the program (LangGraph derives them from the state schema) is resolved to a
-class once, from modules already imported, when the pair is added.
+for (``"AIMessage"``, ``"Send"``) or by ``"module:qualname"`` for anything else.
+The allowlist holds those aliases, the classes a program names, and the
+``(module, name)`` pairs LangGraph derives from a state schema (resolved from
+modules already imported). Outside strict mode, a name not on it may still
+resolve to a class of a module the program has already imported (`imported_class`):
+by dict lookups only, so nothing is imported and no attribute hook runs.
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
+import os
 import sys
 from collections.abc import Iterable
 from typing import Any
 
-from telar_checkpoint.errors import SerializationError
+from langchain_core.runnables import Runnable
 
 # alias -> class, for the types every JsonSerializer loads.
 BUILTIN_CLASSES: dict[str, type] = {}
@@ -96,6 +99,55 @@ def _register_builtins() -> None:
 _register_builtins()
 
 
+def strict_by_default() -> bool:
+    """Whether LangGraph's strict deserialization (``LANGGRAPH_STRICT_MSGPACK``) is on.
+
+    Read from LangGraph's own flag, so that we are strict exactly when LangGraph
+    derives the allowlist from the state schema (it does so only then)."""
+    try:
+        from langgraph.checkpoint.serde import _msgpack
+    except ImportError:  # pragma: no cover - the flag moved: read the variable as LangGraph does
+        return os.getenv("LANGGRAPH_STRICT_MSGPACK", "false").lower() in ("1", "true", "yes")
+    return bool(_msgpack.STRICT_MSGPACK_ENABLED)
+
+
+_logger = logging.getLogger("telar_checkpoint.serializer")
+_warned: set[tuple[str, str]] = set()
+_MAX_WARNED = 1000  # as LangGraph: bounds the memory if class names are generated
+
+
+def warn_once(kind: str, name: str, message: str, *args: object) -> None:
+    """Log `message` once per process for each (kind, class name), as LangGraph's serializer does."""
+    key = (kind, name)
+    if key in _warned or len(_warned) >= _MAX_WARNED:
+        return
+    _warned.add(key)
+    _logger.warning(message, *args)
+
+
+def imported_class(name: str) -> type | None:
+    """The class ``"module:qualname"`` names, if its module is already imported.
+
+    Each step is a lookup in a namespace dict (the module's, then a class's), so
+    no module is imported and no ``__getattr__`` or descriptor runs. A class
+    defined inside a function (``f.<locals>.C``) cannot be reached this way. The
+    class found must carry exactly that name (not an alias bound to another class).
+    """
+    module, colon, qualname = name.partition(":")
+    found: Any = sys.modules.get(module) if colon and qualname else None
+    for part in qualname.split(".") if found is not None else ():
+        try:
+            namespace = vars(found)
+        except TypeError:
+            return None
+        found = namespace.get(part)
+        if not isinstance(found, type):
+            return None
+    if found is None or f"{found.__module__}:{found.__qualname__}" != name:
+        return None
+    return found
+
+
 def class_name(cls: type) -> str:
     """The name a stored value uses for `cls`: its alias, or ``module:qualname``."""
     alias = BUILTIN_NAMES.get(cls)
@@ -119,17 +171,22 @@ def _nested_classes(root: Any, module: str, depth: int) -> Iterable[type]:
 class Allowlist:
     """The classes one serializer may load, keyed by the name stored values use."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, strict: bool) -> None:
+        # strict: only listed classes are rebuilt; otherwise also `imported_class` ones.
+        self.strict = strict
         self._by_name: dict[str, type] = dict(BUILTIN_CLASSES)
+        self._imported: dict[str, type] = {}  # names `imported_class` resolved, not listed
         self._pending: set[tuple[str, str]] = set()  # (module, name) not yet importable
         # stored `$model` class name -> function building that class from its
-        # decoded fields, kept by the decoder once `lookup` and the kind check
+        # decoded fields, kept by the decoder once the class was found and the kind check
         # passed for the name; emptied whenever a name is (re)bound.
         self.model_builders: dict[str, Any] = {}
 
     def copy(self) -> Allowlist:
         clone = Allowlist.__new__(Allowlist)
+        clone.strict = self.strict
         clone._by_name = dict(self._by_name)
+        clone._imported = dict(self._imported)
         clone._pending = set(self._pending)
         clone.model_builders = {}
         return clone
@@ -171,17 +228,42 @@ class Allowlist:
             self.add_class(cls)
         return bool(found)
 
-    def lookup(self, name: Any, tag: str) -> type:
-        """The class stored name `name` refers to; SerializationError if not allowed."""
-        cls = self._by_name.get(name) if isinstance(name, str) else None
-        if cls is None and self._pending and isinstance(name, str):
+    def listed(self, name: str) -> type | None:
+        """The class on the allowlist that stored name `name` refers to, if any."""
+        cls = self._by_name.get(name)
+        if cls is None and self._pending:
             for module, short in list(self._pending):
                 if self._resolve(module, short):
                     self._pending.discard((module, short))
             cls = self._by_name.get(name)
-        if cls is None:
-            raise SerializationError(
-                f"stored value {tag} names class {name!r}, which is not on the allowlist; "
-                "if you trust it, pass it in JsonSerializer(allowed_classes=[...])"
-            )
         return cls
+
+    def unlisted(self, name: str, tag: str, is_kind: Any) -> type | None:
+        """The class to rebuild a stored object with whose name is not listed, or None
+        for its plain data: outside strict mode, a class of the kind `is_kind` accepts
+        whose module is already imported (LangChain runnables, such as chat models,
+        chains and tools, excepted: they are code, not state). Each outcome is logged once per class."""
+        cls = None if self.strict else self._imported.get(name) or imported_class(name)
+        if cls is not None and is_kind(cls) and not issubclass(cls, Runnable):
+            self._imported[name] = cls
+            warn_once(
+                "loaded", name,
+                "Loading %s from a checkpoint although it is not on the allowlist (its module "
+                "was already imported). To load it without this warning, pass the class in "
+                "JsonSerializer(allowed_classes=[...]).", name,
+            )  # fmt: skip
+            return cls
+        if self.strict:
+            why = "strict deserialization is on (LANGGRAPH_STRICT_MSGPACK) and it is not on the allowlist"
+        elif cls is not None:
+            why = f"it is not a {tag} class that loading builds"
+        elif "<locals>" in name:
+            why = "it is defined inside a function, so it cannot be found by its name"
+        else:
+            why = "its module is not imported (loading never imports one)"
+        warn_once(
+            "plain", name,
+            "Loading %s from a checkpoint as plain data: %s. To load it as the class, pass the "
+            "class in JsonSerializer(allowed_classes=[...]).", name, why,
+        )  # fmt: skip
+        return None

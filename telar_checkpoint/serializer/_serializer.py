@@ -10,7 +10,7 @@ import orjson
 from telar_checkpoint.errors import SerializationError
 from telar_checkpoint.serializer._decode import make_decoder
 from telar_checkpoint.serializer._encode import to_jsonable
-from telar_checkpoint.serializer._registry import Allowlist
+from telar_checkpoint.serializer._registry import Allowlist, strict_by_default
 
 TYPE_NAME = "json"
 
@@ -18,10 +18,14 @@ TYPE_NAME = "json"
 class JsonSerializer:
     """Serializes graph state to JSON: plain values as they are, other types as one-key tags.
 
-    Loading only builds the standard, LangChain and LangGraph types listed in the
-    package docs, plus the classes allowed here: `allowed_classes` (class objects)
-    and `allowlist` (``(module, name)`` pairs, as LangGraph derives them from a
-    state schema). It never imports a module or calls a function the data names.
+    Loading builds the standard, LangChain and LangGraph types listed in the
+    package docs, the classes allowed here (`allowed_classes`, class objects, and
+    `allowlist`, ``(module, name)`` pairs as LangGraph derives them from a state
+    schema) and, unless `strict`, the data classes (pydantic models, dataclasses,
+    enums, NamedTuples) of modules the program has already imported. Any other
+    stored object loads as its plain data, with a warning. It never imports a
+    module or calls a function the data names. `strict` defaults to LangGraph's
+    ``LANGGRAPH_STRICT_MSGPACK``.
     """
 
     def __init__(
@@ -29,8 +33,9 @@ class JsonSerializer:
         *,
         allowed_classes: Iterable[type] = (),
         allowlist: Collection[tuple[str, ...]] | None = None,
+        strict: bool | None = None,
     ) -> None:
-        self._allowlist = Allowlist()
+        self._allowlist = Allowlist(strict=strict_by_default() if strict is None else strict)
         for cls in allowed_classes:
             self._allowlist.add_class(cls)
         for key in allowlist or ():
@@ -48,7 +53,8 @@ class JsonSerializer:
             ) from None
 
     def from_jsonable(self, data: Any) -> Any:
-        """The value `to_jsonable` was given; SerializationError for tags we do not load."""
+        """The value `to_jsonable` was given (see the package docs for what loads as
+        plain data); SerializationError for data we did not write."""
         try:
             return self._decode(data)
         except RecursionError:

@@ -79,6 +79,10 @@ class Store(ABC):
         """Entries in the store's space that are not values of this store (listed apart)."""
         return []
 
+    def stale_temp_files(self) -> list[str]:
+        """Leftovers of writes that were killed midway, which the store removes in time (for `verify`)."""
+        return []
+
     def write(self, key: str, value: str) -> None:
         """Store `value` for `key`, replacing what was there."""
         self.update(key, lambda _old: value)

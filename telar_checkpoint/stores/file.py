@@ -1,30 +1,30 @@
 """`FileStore`: one file per thread in a directory, written atomically.
 
-Any thread id maps to a safe, reversible file name: bytes outside
-``[A-Za-z0-9_-]`` are percent-encoded (so no ``/``, ``..``, NUL or newline
-reaches the filesystem), and a name longer than a path component allows is cut
-into nested ``.d`` directories. A write that extends the file is an append,
-durable when acknowledged: a lone one syncs itself as it writes (``RWF_DSYNC``),
-a batch shares one ``fsync``; any other write goes to a temporary file that is
-fsynced and renamed over the old one. Writers of one thread, in threads or in
-processes, are serialized by ``flock`` on its history file, whose descriptor
-stays open (for the most recently used threads). A writer keeps the lock
-between its writes, as a lease (`leases`), so that a write under it is the
-append and an ``fstat``, which gives the new version and finds out whether a
-person or a tool that takes no lock changed the file meanwhile (the append is
-then taken back and the change made again on what is there). Creating or removing a file takes ``flock`` on the store's
-directory instead. Files and directories are created owner-only (0600 / 0700)
-unless `mode` says otherwise.
+Any thread id maps to a safe, reversible file name that stays distinct on file
+systems that ignore case (`file_names`). Only regular files are read or written
+there, and no link is followed (`file_access`): anything else at a history's
+path is foreign, reported and never touched. A write that extends the file is
+an append, durable when acknowledged: a lone one syncs itself as it writes
+(``RWF_DSYNC``), a batch shares one ``fsync``; any other write goes to a
+temporary file in ``.tmp`` that is fsynced and renamed over the old one (the
+temporary files of writers that were killed are removed by the next rewrite).
+Writers of one thread, in threads or in processes, are serialized by ``flock``
+on its history file, whose descriptor stays open (for the most recently used
+threads). A writer keeps the lock between its writes, as a lease (`leases`), so
+that a write under it is the append and an ``fstat``, which gives the new
+version and finds out whether a person or a tool that takes no lock changed the
+file meanwhile (the append is then taken back and the change made again on what
+is there). Creating or removing a file takes ``flock`` on the store's directory
+instead. Files and directories are created owner-only (0600 / 0700) unless
+`mode` says otherwise, and every directory created is fsynced with its parent.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
-import functools
-import hashlib
 import os
-import tempfile
+import secrets
+import stat
 import threading
 import time
 import weakref
@@ -32,189 +32,30 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import unquote_to_bytes
 
-from telar_checkpoint.errors import ForeignDataError, StoreError
+from telar_checkpoint.errors import ForeignDataError, StoreError, StoreFullError, UsageError
 from telar_checkpoint.stores.base import Change, Store
-from telar_checkpoint.stores.group_commit import DeferredAppends, GroupCommit
-from telar_checkpoint.stores.leases import CONTENDED, LEASES
+from telar_checkpoint.stores.file_access import (
+    CLOEXEC,
+    DIRECTORY,
+    FULL,
+    NOFOLLOW,
+    NONBLOCK,
+    open_directory,
+    open_regular,
+    store_error,
+)
+from telar_checkpoint.stores.file_handle import Handle, Signature, signature_of
+from telar_checkpoint.stores.file_names import LONG_DIR, SUFFIX, decode_name, encode_name, legacy_name, names_key
+from telar_checkpoint.stores.group_commit import DeferredAppends
 
-SUFFIX = ".jsonl"
-_SEGMENT = 200  # characters of an encoded name per path component
-_LONG = 1000  # an encoded name longer than this is stored under its hash, in _LONG_DIR
-_LONG_DIR = "~long"  # "~" is never in an encoded name, so these never collide with one
+__all__ = ["FileStore", "decode_name", "encode_name"]
+
 TEXTS_KEPT = 32  # files whose last text is kept, to answer a read with one stat
 FILES_KEPT = 128  # threads whose history file stays open (for appends and flock)
-_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _TMP = ".tmp"
-_DSYNC = {"flag": getattr(os, "RWF_DSYNC", 0) if hasattr(os, "pwritev") else 0}  # Linux 4.7+: a write that syncs itself
-
-
-@functools.lru_cache(maxsize=1024)
-def encode_name(key: str) -> str:
-    """The relative path that holds `key` (reversible with `decode_name`, or for a very long
-    key through the `.key` file beside it)."""
-    raw = key.encode("utf-8", "surrogatepass")
-    encoded = "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in raw)
-    if len(encoded) > _LONG:  # whole paths are limited (PATH_MAX): name it by its hash
-        return f"{_LONG_DIR}/{hashlib.sha256(raw).hexdigest()}{SUFFIX}"
-    parts = [encoded[i : i + _SEGMENT] for i in range(0, len(encoded), _SEGMENT)] or [""]
-    return "/".join([p + ".d" for p in parts[:-1]] + [parts[-1] + SUFFIX])
-
-
-def decode_name(relative: str) -> str | None:
-    """The key stored at `relative`, or None when the path is not one we would write."""
-    parts = relative.split("/")
-    if not parts[-1].endswith(SUFFIX) or not all(p.endswith(".d") for p in parts[:-1]):
-        return None
-    encoded = "".join(p[:-2] for p in parts[:-1]) + parts[-1][: -len(SUFFIX)]
-    try:
-        key_str = unquote_to_bytes(encoded).decode("utf-8", "surrogatepass")
-    except UnicodeError:
-        return None
-    return key_str if encode_name(key_str) == relative else None
-
-
-_Signature = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
-
-
-def _signature_of(st: os.stat_result) -> _Signature:
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-class _Handle:
-    """What a store holds for one thread: a lock for this process, the history file's
-    descriptor (opened on first use, kept open for appends and for ``flock``, which
-    serializes writers in every process), and the counters of group commit: appends are
-    counted under the lock, and one fsync after it covers every append made before it
-    started, so writers do not wait in line for each other's fsync.
-
-    A writer keeps the ``flock`` after its write, as a lease (see `leases`), with the
-    file's stat as of its last write: the next write needs no ``flock`` and no ``stat``. No
-    store can change the file meanwhile, but a person or a tool that takes no lock can:
-    the ``fstat`` after each append finds that out (the size is not what it left plus what
-    it wrote, or the file is unlinked), and the append is taken back. `LEASES` lets go of
-    the lease once idle."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.local = threading.Lock()
-        self.fd: int | None = None
-        self.ino = 0
-        self.commits = GroupCommit()
-        self.st: os.stat_result | None = None  # while the flock is held: the file's stat
-        self.since = self.used = 0.0  # when the flock was taken, and last used
-        self.contended_until = 0.0  # until then, let go of the flock after each write
-        self.left: _Signature | None = None  # the file's signature when this last let go of it
-        self.leased = False  # the flock is kept between writes (counted in `LEASES`)
-
-    def lock(self) -> os.stat_result | None:
-        """Hold ``flock`` on the file now at `path` (the local lock is held): the file's stat,
-        or None, holding nothing, when there is no file. A file replaced or removed while this
-        waited (a rewrite renames a new file into place) is let go and the new one locked, so
-        that every process locks the file that is there."""
-        if self.st is not None:  # leased: no store can have written since (see `append`)
-            return self.st
-        while True:
-            if self.fd is None:
-                try:
-                    self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-                except FileNotFoundError:
-                    return None
-                self.ino = os.fstat(self.fd).st_ino
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # another process (or store) writes it: take turns a while
-                # (the other side finds the file changed when it next takes the lock)
-                self.contended_until = time.monotonic() + CONTENDED
-                fcntl.flock(self.fd, fcntl.LOCK_EX)
-            try:
-                st = os.stat(self.path)
-            except FileNotFoundError:
-                st = None
-            if st is not None and st.st_ino == self.ino:
-                self.st, self.since = st, time.monotonic()
-                if self.left is not None and _signature_of(st) != self.left:  # another wrote meanwhile
-                    self.contended_until = self.since + CONTENDED
-                self.left = None
-                return st
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            self.close()
-
-    def done(self) -> None:
-        """A write is over (the local lock is held): keep the ``flock`` as a lease, or let it go
-        when other writers have been waiting for it lately."""
-        if self.st is None:
-            return
-        self.used = time.monotonic()
-        if self.used < self.contended_until:
-            self.release()
-        elif not self.leased:
-            self.leased = True
-            LEASES.hold(self)
-
-    def release(self) -> None:
-        """Let go of the ``flock`` (the local lock is held). A handle let go of here may still
-        be counted in `LEASES`, whose thread drops it, harmlessly, on its next pass."""
-        if self.st is not None:
-            self.left, self.st = _signature_of(self.st), None
-            fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
-        self.leased = False
-
-    def append(self, data: bytes, *, durable: bool = False) -> _Signature | None:
-        """Append `data` to the locked file, `durable` on disk when this returns (data and
-        size, as fdatasync, in the same system call where the platform allows); the file's
-        signature after it. None, with nothing appended, when the file turns out to have
-        been changed by another hand since this handle last saw it (a person or a tool
-        that takes no lock: no store can, while the lock is held): the caller looks again."""
-        assert self.fd is not None and self.st is not None
-        expected = self.st.st_size + len(data)
-        view = memoryview(data)
-        dsync = _DSYNC["flag"] if durable else 0
-        while view:
-            if dsync:
-                try:
-                    view = view[os.pwritev(self.fd, [view], -1, dsync) :]
-                    continue
-                except OSError as exc:  # an older kernel: nothing written; write, then fsync
-                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                        raise
-                    _DSYNC["flag"] = dsync = 0
-            view = view[os.write(self.fd, view) :]
-        if durable and not dsync:
-            os.fsync(self.fd)
-        st = os.fstat(self.fd)
-        if st.st_size == expected and st.st_nlink:
-            self.st = st
-            return _signature_of(st)
-        if st.st_nlink:  # appended after text it did not see: take it back
-            os.ftruncate(self.fd, st.st_size - len(data))
-        self.forget()  # (an unlinked file is replaced or removed: the path is looked up again)
-        return None
-
-    def forget(self) -> None:
-        """Let go of the ``flock`` and of what this handle knew of the file, which another hand
-        changed (the local lock is held)."""
-        self.release()
-        self.left = None
-
-    def sync(self) -> None:
-        """fsync the history file (under the commits' `sync_lock`, which `close` takes too).
-        It is closed only when removed or rewritten (a rewrite is fsynced whole, appends
-        included) or when the handle is evicted (with nothing left to sync)."""
-        if self.fd is not None:
-            os.fsync(self.fd)
-
-    def close(self) -> None:
-        """Close the file, which lets go of its ``flock`` too."""
-        if self.fd is not None:
-            with self.commits.sync_lock:  # not while an fsync uses it
-                os.close(self.fd)
-                self.fd = None
-        self.st = self.left = None
-        if self.leased:
-            self.leased = False
-            LEASES.forget(self)
+_STALE_AFTER = 60.0  # seconds: a temporary file no writer locks and older than this is a killed rewrite's
+_CLEAN_EVERY = 600.0  # seconds between two looks for such files by one store
 
 
 def _text(key: str, data: bytes) -> str:
@@ -251,23 +92,28 @@ class FileStore(DeferredAppends, Store):
 
     The last text read or written for each file is kept with the file's
     signature (inode, size, modification times); a read whose signature still
-    matches costs one `stat`, so long histories are not re-read on every step.
+    matches costs one `lstat`, so long histories are not re-read on every step.
     Any change by another process changes the signature: appends grow the size,
     rewrites rename a new inode into place.
     """
 
     kind = "file"
 
-    def __init__(self, directory: str | os.PathLike[str], *, mode: int = 0o600, fsync: bool = True) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], *, mode: int = 0o600, fsync: bool = True, create: bool = True
+    ) -> None:
+        """`create`: make the directory when missing (False, for a command that only reads:
+        a missing directory is then a `UsageError`, and nothing is created)."""
         self.directory = Path(directory)
         self._root = os.fspath(self.directory)
         self.mode = mode
         self.dir_mode = mode | ((mode & 0o444) >> 2)  # x wherever r: 0600 -> 0700
         self.fsync = fsync
-        self._mkdir(self.directory)
-        self._texts: OrderedDict[str, tuple[_Signature, str]] = OrderedDict()  # the last texts, by thread
-        self._handles: OrderedDict[str, _Handle] = OrderedDict()  # by thread, most recent last
+        self._make_root(create)
+        self._texts: OrderedDict[str, tuple[Signature, str]] = OrderedDict()  # the last texts, by thread
+        self._handles: OrderedDict[str, Handle] = OrderedDict()  # by thread, most recent last
         self._guard = threading.Lock()
+        self._cleaned = -_CLEAN_EVERY  # when (monotonic) this store last removed stale temporary files
         _OPEN_STORES.add(self)
 
     def _forget_parents_files(self) -> None:
@@ -284,35 +130,73 @@ class FileStore(DeferredAppends, Store):
         self._handles = OrderedDict()
         self._guard = threading.Lock()
 
-    def _mkdir(self, path: Path) -> None:
-        """Create `path` and any missing parents, each with the store's mode (mkdir's
-        `parents=True` would give the parents the umask's)."""
+    def _make_root(self, create: bool) -> None:
+        """Create the store's directory and any missing parents (when `create`), each with the
+        store's mode (mkdir's `parents=True` would give the parents the umask's), made durable;
+        a path that is not a directory is refused."""
+        path, missing = os.path.abspath(self._root), []
+        refused = UsageError(
+            f"{self._root} is not a directory (or is under a file): a FileStore keeps its threads as files "
+            "in a directory of its own; give the path of a directory, or of one to create"
+        )
         try:
-            missing = []
-            while not path.exists():
-                missing.append(path)
-                path = path.parent
+            while True:
+                try:
+                    found = os.stat(path)
+                    break
+                except FileNotFoundError:
+                    missing.append(path)
+                    path = os.path.dirname(path)
+            if not stat.S_ISDIR(found.st_mode):
+                raise refused
+            if missing and not create:
+                raise UsageError(f"{self._root} does not exist: there is no file store there (check the path)")
             for directory in reversed(missing):
                 try:
-                    directory.mkdir(mode=self.dir_mode)
+                    os.mkdir(directory, self.dir_mode)
                 except FileExistsError:
                     pass
+                self._sync_directory(os.path.dirname(directory))
+            if missing:
+                self._sync_directory(missing[0])
+        except NotADirectoryError:
+            raise refused from None
         except OSError as exc:
-            raise StoreError(f"cannot create the store directory {exc.filename or path}: {exc}") from exc
+            raise store_error(exc, doing="creating the store directory", key=None, path=path, root=self._root) from exc
+
+    def _sync_directory(self, path: str) -> None:
+        """fsync the directory at `path` (its entries), when the store syncs."""
+        if self.fsync:
+            fd = os.open(path, os.O_RDONLY | DIRECTORY | CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _directory(self, parts: list[str], key: str | None) -> int:
+        """A descriptor of the directory `parts` under the store's, each missing one created
+        with the store's mode and made durable with its parent."""
+        return open_directory(self._root, parts, key, create_mode=self.dir_mode, sync=self.fsync)
+
+    def _failed(self, exc: OSError, doing: str, key: str | None) -> StoreError:
+        """`exc`, met while `doing` something for thread `key`, as the error to raise."""
+        path = f"{self._root}/{encode_name(key)}" if key is not None else self._root
+        return store_error(exc, doing=doing, key=key, path=path, root=self._root)
 
     def path(self, key: str) -> Path:
-        """The file that holds `key`."""
+        """The file that holds `key` (a file written by release 0.1.0 may still be at
+        its legacy name until its next write; see `file_names`)."""
         return self.directory / encode_name(key)
 
     def _path(self, key: str) -> str:
         return f"{self._root}/{encode_name(key)}"
 
-    def _handle(self, key: str) -> _Handle:
-        """The thread's `_Handle`; the least recently used ones not in use are closed."""
+    def _handle(self, key: str) -> Handle:
+        """The thread's `Handle`; the least recently used ones not in use are closed."""
         with self._guard:
             handle = self._handles.get(key)
             if handle is None:
-                handle = self._handles[key] = _Handle(self._path(key))
+                handle = self._handles[key] = Handle(self._root, encode_name(key), key)
                 for old_key in list(self._handles)[: max(0, len(self._handles) - FILES_KEPT)]:
                     old = self._handles[old_key]
                     if old.local.acquire(blocking=False):  # in use: keep it for now
@@ -325,7 +209,7 @@ class FileStore(DeferredAppends, Store):
             return handle
 
     @contextmanager
-    def _locked(self, key: str) -> Iterator[tuple[_Handle, os.stat_result | None]]:
+    def _locked(self, key: str) -> Iterator[tuple[Handle, os.stat_result | None]]:
         """Hold the thread's lock (a threading lock in this process, then ``flock`` on its
         file, which stays held a while as a lease): the handle and the file's stat, None when
         there is no file. After a failed write the ``flock`` is let go, and the next writer
@@ -344,45 +228,79 @@ class FileStore(DeferredAppends, Store):
     def _creating(self) -> Iterator[None]:
         """Hold ``flock`` on the store's directory, which creating or removing a history
         file takes (rare: a file's other writes take its own lock)."""
-        fd = os.open(self._root, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(self._root, os.O_RDONLY | CLOEXEC)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
 
-    @staticmethod
-    def _signature(path: str) -> _Signature | None:
+    def _lstat(self, relative: str, key: str | None = None) -> os.stat_result | None:
+        """The ``lstat`` of `relative` (a link's own), None when nothing is there."""
         try:
-            return _signature_of(os.stat(path))
+            return os.lstat(f"{self._root}/{relative}")
         except FileNotFoundError:
             return None
+        except NotADirectoryError:  # a directory on the way is not one: say which
+            os.close(open_directory(self._root, relative.split("/")[:-1], key))
+            raise
+
+    def _locate(self, key: str) -> tuple[str, os.stat_result] | None:
+        """Where `key` is stored, and the ``lstat`` there: its name, or else its legacy name
+        when a regular file is there; None when there is no history."""
+        relative = encode_name(key)
+        st = self._lstat(relative, key)
+        if st is not None:
+            return relative, st
+        legacy = legacy_name(key)
+        if legacy is not None:
+            st = self._lstat(legacy, key)
+            if st is not None and stat.S_ISREG(st.st_mode):
+                return legacy, st
+        return None
+
+    def version(self, key: str) -> Signature | None:
+        try:
+            found = self._locate(key)
+        except OSError as exc:
+            raise self._failed(exc, "looking at", key) from exc
+        return None if found is None else signature_of(found[1])
 
     def read(self, key: str) -> str | None:
-        return self._read(key)[0]
+        try:
+            return self._read(key)[0]
+        except OSError as exc:
+            raise self._failed(exc, "reading", key) from exc
 
-    def _read(self, key: str, st: os.stat_result | None = None) -> tuple[str | None, _Signature | None]:
+    def _read(self, key: str, st: os.stat_result | None = None) -> tuple[str | None, Signature | None]:
         """The text and the signature it was read at (None, None when there is no file);
-        `st`, the file's stat when the caller has it."""
-        path = self._path(key)
-        signature = _signature_of(st) if st is not None else self._signature(path)
-        if signature is None:
-            self._texts.pop(key, None)
-            return None, None
+        `st`, the stat of the file at the key's name when the caller has it."""
+        if st is None:
+            found = self._locate(key)
+            if found is None:
+                self._texts.pop(key, None)
+                return None, None
+            relative, st = found
+        else:
+            relative = encode_name(key)
+        signature = signature_of(st)
         cached = self._texts.get(key)
         if cached is not None and cached[0] == signature:
             return cached[1], signature
         try:
-            with open(path, "rb") as f:
-                signature = _signature_of(os.fstat(f.fileno()))
-                data = f.read()
+            fd, st = open_regular(self._root, relative, os.O_RDONLY, key)
         except FileNotFoundError:
             return None, None
+        try:
+            data = _read_all(fd, st.st_size)
+        finally:
+            os.close(fd)
+        signature = signature_of(st)
         text = _text(key, data)
         self._remember(key, signature, text)
         return text, signature
 
-    def _remember(self, key: str, signature: _Signature, text: str) -> None:
+    def _remember(self, key: str, signature: Signature, text: str) -> None:
         self._texts[key] = (signature, text)
         self._texts.move_to_end(key)
         while len(self._texts) > TEXTS_KEPT:
@@ -391,13 +309,19 @@ class FileStore(DeferredAppends, Store):
     def update(self, key: str, change: Change) -> str | None:
         return self.update_versioned(key, change)[0]
 
-    def update_versioned(self, key: str, change: Change) -> tuple[str | None, _Signature | None]:
+    def update_versioned(self, key: str, change: Change) -> tuple[str | None, Signature | None]:
+        try:
+            return self._update_versioned(key, change)
+        except OSError as exc:
+            raise self._failed(exc, "writing", key) from exc
+
+    def _update_versioned(self, key: str, change: Change) -> tuple[str | None, Signature | None]:
         while True:
             with self._locked(key) as (handle, st):
                 if st is None:
                     created = self._create(key, change)
                     if created is None:
-                        continue  # another writer created the file first: change what it wrote
+                        continue  # another writer created the file first (or it was moved to its name)
                     return created
                 old, signature = self._read(key, st)
                 self._texts.pop(key, None)  # re-read after a failed write
@@ -414,7 +338,7 @@ class FileStore(DeferredAppends, Store):
                         ticket, signature = appended
                     self._remember(key, signature, new)  # type: ignore[arg-type]
                 else:
-                    if self._signature(self._path(key)) != signature:  # under a lease, `st` is not a fresh look
+                    if self._signature(encode_name(key)) != signature:  # under a lease, `st` is not a fresh look
                         handle.forget()
                         continue
                     signature = self._replace(key, new)
@@ -422,53 +346,96 @@ class FileStore(DeferredAppends, Store):
             self._sync(handle, ticket)
             return new, signature
 
-    def _create(self, key: str, change: Change) -> tuple[str | None, _Signature | None] | None:
+    def _create(self, key: str, change: Change) -> tuple[str | None, Signature | None] | None:
         """Create the thread's file with what `change` makes of no history; None when
-        another writer created it first."""
+        another writer created it first, or when a file under the key's legacy name was
+        moved to its name (the caller then changes that one)."""
         with self._creating():
-            if os.path.exists(self._path(key)):
+            relative = encode_name(key)
+            if self._lstat(relative, key) is not None:  # (anything there: a link or FIFO too, which `lock` reports)
+                return None
+            legacy = self._locate(key)
+            if legacy is not None:
+                self._move(key, legacy[0], relative)
                 return None
             new = change(None)
             if new is None:
                 return None, None
             return new, self._replace(key, new)
 
-    def version(self, key: str) -> _Signature | None:
-        return self._signature(self._path(key))
+    def _move(self, key: str, source: str, target: str) -> None:
+        """Rename the history of `key` from `source` (its legacy name) to `target`, durably."""
+        self._write_key_file(key, target)
+        source_parts, target_parts = source.split("/"), target.split("/")
+        source_dir = open_directory(self._root, source_parts[:-1], key)
+        try:
+            target_dir = self._directory(target_parts[:-1], key)
+            try:
+                os.rename(source_parts[-1], target_parts[-1], src_dir_fd=source_dir, dst_dir_fd=target_dir)
+                if self.fsync:
+                    os.fsync(target_dir)
+                    os.fsync(source_dir)
+            finally:
+                os.close(target_dir)
+        finally:
+            os.close(source_dir)
 
-    def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> _Signature | None:
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> Signature | None:
         if version is None:
             return None
-        with self._locked(key) as (handle, st):
-            if st is None or _signature_of(st) != version:
-                return None
-            self._texts.pop(key, None)
-            appended = self._append(handle, suffix, batch=batch)
-            return None if appended is None else appended[1]
+        try:
+            with self._locked(key) as (handle, st):
+                if st is None or signature_of(st) != version:
+                    return None
+                self._texts.pop(key, None)
+                appended = self._append(handle, suffix, batch=batch)
+                return None if appended is None else appended[1]
+        except OSError as exc:
+            raise self._failed(exc, "appending to", key) from exc
 
     def flush(self, key: str) -> None:
         """Return once every append of `key` so far is on disk."""
         handle = self._handle(key)
-        self._sync(handle, handle.commits.written)
+        try:
+            self._sync(handle, handle.commits.written)
+        except OSError as exc:
+            raise self._failed(exc, "syncing", key) from exc
 
     def delete(self, key: str) -> None:
-        with self._locked(key) as (handle, st):
-            self._texts.pop(key, None)
-            if st is not None:
-                self._remove(key, handle)
+        try:
+            with self._locked(key) as (handle, st):
+                self._texts.pop(key, None)
+                if st is not None:
+                    self._remove(key, handle)
+                legacy = legacy_name(key)
+                legacy_st = None if legacy is None else self._lstat(legacy, key)
+                if legacy_st is not None and stat.S_ISREG(legacy_st.st_mode):
+                    with self._creating():
+                        self._unlink(legacy, key)
+        except OSError as exc:
+            raise self._failed(exc, "deleting", key) from exc
 
-    def _remove(self, key: str, handle: _Handle) -> None:
+    def _remove(self, key: str, handle: Handle) -> None:
         """Remove the locked file of `key` (and the `.key` file of a long name) and close it."""
-        path = self.path(key)
+        relative = encode_name(key)
         with self._creating():  # not while a creator looks for the `.key` file
-            for doomed in (path, path.with_suffix(".key")) if path.parent.name == _LONG_DIR else (path,):
-                try:
-                    doomed.unlink()
-                except FileNotFoundError:
-                    pass
+            self._unlink(relative, key)
+            if relative.startswith(f"{LONG_DIR}/"):
+                self._unlink(_key_file(relative), key)
         handle.close()
 
-    def _append(self, handle: _Handle, text: str, *, batch: bool = False) -> tuple[int, _Signature] | None:
+    def _unlink(self, relative: str, key: str) -> None:
+        """Remove the file at `relative` (following no link on the way), if it is there."""
+        parts = relative.split("/")
+        dir_fd = open_directory(self._root, parts[:-1], key)
+        try:
+            os.unlink(parts[-1], dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(dir_fd)
+
+    def _append(self, handle: Handle, text: str, *, batch: bool = False) -> tuple[int, Signature] | None:
         """Append to the locked file: the ticket to pass to `_sync` once the lock is released,
         and the file's signature; None when another hand had changed the file (nothing is
         appended then). A lone write (not part of a `batch`, and none waiting for an fsync)
@@ -481,47 +448,144 @@ class FileStore(DeferredAppends, Store):
             return None
         return (handle.commits.wrote_durable() if durable else handle.commits.wrote()), signature
 
-    def _sync(self, handle: _Handle, ticket: int) -> None:
+    def _sync(self, handle: Handle, ticket: int) -> None:
         """Return once append `ticket` is on disk: one fsync serves every append made before it."""
         if self.fsync and ticket:
             handle.commits.flush(ticket, handle.sync)
 
-    def _replace(self, key: str, text: str) -> _Signature | None:
+    def _signature(self, relative: str) -> Signature | None:
+        st = self._lstat(relative)
+        return None if st is None else signature_of(st)
+
+    def _replace(self, key: str, text: str) -> Signature | None:
         """Write `text` whole as the file of `key` (and remember it): the file's signature."""
-        target = self.path(key)
-        self._mkdir(target.parent)
-        if target.parent.name == _LONG_DIR and not target.with_suffix(".key").exists():
-            self._write_atomic(target.with_suffix(".key"), key)
-        self._write_atomic(target, text)
-        signature = self._signature(self._path(key))
+        relative = encode_name(key)
+        self._write_key_file(key, relative)
+        self._write_atomic(relative, text, key)
+        signature = self._signature(relative)
         if signature is not None:
             self._remember(key, signature, text)
         return signature
 
-    def _write_atomic(self, target: Path, text: str) -> None:
-        tmp_dir = self.directory / _TMP
-        self._mkdir(tmp_dir)
-        fd, tmp = tempfile.mkstemp(dir=tmp_dir, suffix=".part")
+    def _write_key_file(self, key: str, relative: str) -> None:
+        """A file named by its key's hash (`LONG_DIR`) has the key in a `.key` file beside it."""
+        if relative.startswith(f"{LONG_DIR}/") and self._lstat(_key_file(relative)) is None:
+            self._write_atomic(_key_file(relative), key, key)
+
+    def _write_atomic(self, relative: str, text: str, key: str) -> None:
+        """Write `text` as the file at `relative`: into a temporary file, fsynced, then renamed
+        into place, and the directory that holds it fsynced. A full disk is said plainly: a
+        rewrite needs room for a second copy of the thread."""
+        data = text.encode("utf-8", "surrogatepass")
+        self._remove_stale_temp_files_if_due()
+        parts = relative.split("/")
         try:
-            os.fchmod(fd, self.mode)
-            with open(fd, "w", encoding="utf-8", errors="surrogatepass", newline="") as f:
-                f.write(text)
-                f.flush()
-                if self.fsync:
-                    os.fsync(f.fileno())
-            os.replace(tmp, target)
+            tmp_dir = self._directory([_TMP], key)
+            try:
+                target_dir = self._directory(parts[:-1], key)
+                try:
+                    self._write_through_temp(tmp_dir, target_dir, parts[-1], data)
+                    if self.fsync:
+                        os.fsync(target_dir)
+                finally:
+                    os.close(target_dir)
+            finally:
+                os.close(tmp_dir)
+        except OSError as exc:
+            if exc.errno in FULL:
+                raise StoreFullError(
+                    f"thread {key!r}: the disk that holds {self._root} is full ({exc.strerror}): rewriting "
+                    f"this thread needs room for a temporary copy of its history ({len(data):,} bytes). "
+                    "The thread keeps its history as it was; free at least that much space (or delete or "
+                    "trim other threads) and try again"
+                ) from exc
+            raise
+
+    def _write_through_temp(self, tmp_dir: int, target_dir: int, name: str, data: bytes) -> None:
+        """Write `data` to a new file in `tmp_dir` and rename it to `name` in `target_dir`. The
+        temporary file is locked (``flock``) until renamed, which tells a live writer's file from
+        one a killed writer left (`stale_temp_files`)."""
+        tmp = f"{os.getpid()}-{secrets.token_hex(6)}.part"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, self.mode, dir_fd=tmp_dir)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.fchmod(fd, self.mode)  # (the umask may have taken bits from the mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if self.fsync:
+                os.fsync(fd)
+            os.replace(tmp, name, src_dir_fd=tmp_dir, dst_dir_fd=target_dir)
         except BaseException:
             try:
-                os.unlink(tmp)
-            except FileNotFoundError:
+                os.unlink(tmp, dir_fd=tmp_dir)
+            except OSError:
                 pass
             raise
-        if self.fsync:
-            dir_fd = os.open(target.parent, os.O_RDONLY)
+        finally:
+            os.close(fd)
+
+    def stale_temp_files(self) -> list[str]:
+        """Temporary files that rewrites killed midway left in ``.tmp`` (no live writer locks
+        them, and they are over a minute old), relative to the directory, for `verify` to
+        report. Nothing is changed; the store's next rewrite removes them."""
+        try:
+            return self._stale_temp_files(remove=False)
+        except OSError as exc:
+            raise self._failed(exc, "looking for temporary files in", None) from exc
+
+    def remove_stale_temp_files(self) -> list[str]:
+        """Remove the `stale_temp_files`; those removed."""
+        try:
+            return self._stale_temp_files(remove=True)
+        except OSError as exc:
+            raise self._failed(exc, "removing temporary files in", None) from exc
+
+    def _remove_stale_temp_files_if_due(self) -> None:
+        """Before a rewrite: remove the stale temporary files, when this store has not looked for
+        them in the last `_CLEAN_EVERY` seconds (a failure here fails no write)."""
+        now = time.monotonic()
+        if now - self._cleaned >= _CLEAN_EVERY:
+            self._cleaned = now
             try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+                self._stale_temp_files(remove=True)
+            except (OSError, ForeignDataError):
+                pass
+
+    def _stale_temp_files(self, *, remove: bool) -> list[str]:
+        try:
+            tmp_dir = open_directory(self._root, [_TMP])
+        except (FileNotFoundError, ForeignDataError):  # none yet, or a foreign `.tmp` (listed by `foreign`)
+            return []
+        stale = []
+        try:
+            too_recent = time.time() - _STALE_AFTER
+            for name in sorted(os.listdir(tmp_dir)):
+                if not name.endswith(".part"):
+                    continue
+                try:
+                    fd = os.open(name, os.O_RDONLY | NOFOLLOW | NONBLOCK | CLOEXEC, dir_fd=tmp_dir)
+                except OSError:  # gone meanwhile, or a link
+                    continue
+                try:
+                    st = os.fstat(fd)
+                    if not stat.S_ISREG(st.st_mode) or st.st_mtime > too_recent:
+                        continue
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:  # a live writer's
+                        continue
+                    if remove:
+                        try:
+                            os.unlink(name, dir_fd=tmp_dir)
+                        except FileNotFoundError:  # another thread of this process was first
+                            continue
+                    stale.append(f"{_TMP}/{name}")
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(tmp_dir)
+        return stale
 
     def close(self) -> None:
         """Close the history files kept open (they open again on the next write)."""
@@ -530,34 +594,91 @@ class FileStore(DeferredAppends, Store):
                 with handle.local:
                     handle.close()
 
-    def _walk(self) -> Iterator[tuple[str, str | None]]:
-        for root, dirs, files in os.walk(self.directory):
-            rel_root = os.path.relpath(root, self.directory)
-            if rel_root == ".":
-                dirs[:] = [d for d in dirs if d != _TMP]
-                rel_root = ""
-            for name in files:
-                relative = f"{rel_root}/{name}" if rel_root else name
-                if rel_root == _LONG_DIR:
-                    if name.endswith(".key"):
+    def _entries(self) -> Iterator[tuple[str, str | None]]:
+        """Every entry under the directory but ``.tmp``: its relative path, and the key it holds,
+        None when it is foreign (not named as a history of ours, or not a regular file: a link,
+        FIFO, socket, device, or a directory named as a history). Directories are entered one
+        by one, links never followed; no file is opened, so none can block this."""
+        pending = [""]
+        while pending:
+            rel_dir = pending.pop()
+            try:
+                with os.scandir(f"{self._root}/{rel_dir}" if rel_dir else self._root) as scan:
+                    entries = list(scan)
+            except FileNotFoundError:  # removed meanwhile
+                continue
+            for entry in entries:
+                relative = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    if relative == _TMP:
                         continue
-                    yield relative, self._long_key(relative)
+                    if entry.name.endswith(SUFFIX):  # a directory where a history would be
+                        yield relative, None
+                    else:
+                        pending.append(relative)
+                elif not entry.is_file(follow_symlinks=False):
+                    yield relative, None
+                elif rel_dir == LONG_DIR:
+                    if not entry.name.endswith(".key"):
+                        yield relative, self._long_key(relative)
                 else:
                     yield relative, decode_name(relative)
 
     def _long_key(self, relative: str) -> str | None:
         """The key of a file named by its hash, from the `.key` file beside it."""
         try:
-            key = (self.directory / relative).with_suffix(".key").read_bytes().decode("utf-8", "surrogatepass")
+            fd, st = open_regular(self._root, _key_file(relative), os.O_RDONLY, None)
+        except (OSError, ForeignDataError):
+            return None
+        try:
+            key = _read_all(fd, st.st_size).decode("utf-8", "surrogatepass")
         except (OSError, UnicodeDecodeError):
             return None
-        return key if encode_name(key) == relative else None
+        finally:
+            os.close(fd)
+        return key if names_key(relative, key) else None
 
     def keys(self) -> Iterator[str]:
-        for _relative, key in self._walk():
-            if key is not None:
+        """Every thread with a history (one under its legacy name included, once)."""
+        legacy_seen: set[str] = set()
+        try:
+            for _relative, key in self._entries():
+                if key is None:
+                    continue
+                if legacy_name(key) is not None:  # it may be under both names
+                    if key in legacy_seen:
+                        continue
+                    legacy_seen.add(key)
                 yield key
+        except OSError as exc:
+            raise self._failed(exc, "listing", None) from exc
 
     def foreign(self) -> list[str]:
-        """Files in the directory that are not named as histories of ours."""
-        return sorted(relative for relative, key in self._walk() if key is None)
+        """Entries in the directory that are not histories of ours: not named as one, not a
+        regular file (a link, FIFO, directory, ...), or a legacy name whose thread is also
+        under its new name (which is the one read)."""
+        try:
+            entries = list(self._entries())
+        except OSError as exc:
+            raise self._failed(exc, "listing", None) from exc
+        held = {relative for relative, key in entries if key is not None}
+        return sorted(
+            relative for relative, key in entries if key is None or (relative != encode_name(key) and encode_name(key) in held)
+        )
+
+
+def _key_file(relative: str) -> str:
+    """The `.key` file beside the file at `relative`, named by its key's hash."""
+    return relative[: -len(SUFFIX)] + ".key"
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    """The first `size` bytes of the open file (fewer if it is shorter now)."""
+    chunks = []
+    while size > 0:
+        chunk = os.read(fd, size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -48,7 +48,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by simulating a missing driver
     raise ImportError(f"{exc}: PostgresStore needs psycopg; pip install 'telar-checkpoint[postgres]'") from exc
 
-from telar_checkpoint.errors import StoreError, UsageError
+from telar_checkpoint.errors import NoStoreError, StoreError, UsageError
 from telar_checkpoint.stores.base import Change, Store
 
 SCHEMA_VERSION = 2
@@ -109,12 +109,15 @@ class PostgresStore(Store):
         max_size: int = 8,
         timeout: float = 30.0,
         connect_timeout: float = 5.0,
+        create: bool = True,
         **connect_kwargs: Any,
     ) -> None:
         """`conninfo`: a libpq URL or key=value string; `timeout`: seconds to wait for a pooled
         connection; `connect_timeout`: seconds to wait for the server; `connect_kwargs` go to
-        `psycopg.connect` (``application_name=...``, say)."""
+        `psycopg.connect` (``application_name=...``, say); `create`: False opens only tables that
+        already exist, creating nothing (NoStoreError otherwise, naming another tool's tables)."""
         self.conninfo = conninfo
+        self.create = create
         self.schema = schema
         try:
             self.server = server_name(conninfo, **connect_kwargs)
@@ -134,11 +137,14 @@ class PostgresStore(Store):
     # Operations, each written once as steps
 
     def _setup_steps(self) -> Steps:
-        yield self._sql.advisory_lock, (self._sql.lock_name,)
-        for statement in self._sql.setup:
-            yield statement, ()
-        rows = yield self._sql.v1_table, ()
-        yield (self._sql.record_v1 if rows[0][0] else self._sql.record_version), ()
+        if self.create:
+            yield self._sql.advisory_lock, (self._sql.lock_name,)
+            for statement in self._sql.setup:
+                yield statement, ()
+            rows = yield self._sql.v1_table, ()
+            yield (self._sql.record_v1 if rows[0][0] else self._sql.record_version), ()
+        else:
+            yield from self._existing_steps()
         rows = yield self._sql.version, ()
         version = int(rows[0][0])
         if version > SCHEMA_VERSION:
@@ -150,6 +156,21 @@ class PostgresStore(Store):
             for statement in self._sql.migrate_v1:
                 yield statement, ()
         return SCHEMA_VERSION
+
+    def _existing_steps(self) -> Steps:
+        """Without `create`: check that our tables are there (of schema 2), changing nothing."""
+        from telar_checkpoint.stores.foreign import masked, not_ours
+
+        rows = yield self._sql.meta_exists, ()
+        if not rows[0][0]:
+            tables = yield self._sql.tables, (self.schema,)
+            where = f"PostgreSQL database at {self.server}" + (f", schema {self.schema}" if self.schema else "")
+            url = "langgraph+" + self.conninfo if "://" in self.conninfo else "langgraph+postgresql://..."
+            raise not_ours(where, [row[0] for row in tables], postgres=True, langgraph_url=masked(url))
+        rows = yield self._sql.v1_table, ()
+        if rows[0][0]:
+            raise NoStoreError(f"PostgreSQL server at {self.server}: a store of schema 1; open it once with "
+                               "TelarSaver to upgrade it")
 
     def _update_steps(self, key: str, change: Change) -> Steps:
         """Runs in a transaction: the upsert locks the thread row (version 0: a placeholder, never committed)."""
@@ -402,6 +423,10 @@ class _Queries:
             ).format(chunks),
         ]
         record = "INSERT INTO {} VALUES ('schema_version', {}) ON CONFLICT DO NOTHING"
+        self.meta_exists = sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(sql.Literal(meta.as_string(None)))
+        self.tables = sql.SQL(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = coalesce(%s, current_schema())"
+        )
         self.v1_table = sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(sql.Literal(v1.as_string(None)))
         self.record_version = sql.SQL(record).format(meta, sql.Literal(str(SCHEMA_VERSION)))
         self.record_v1 = sql.SQL(record).format(meta, sql.Literal("1"))

@@ -34,7 +34,7 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from telar_checkpoint.errors import StoreError, StoredDataError
+from telar_checkpoint.errors import NoStoreError, StoreError, StoredDataError
 from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.group_commit import DeferredAppends, GroupCommit
 
@@ -107,12 +107,15 @@ class SQLiteStore(DeferredAppends, Store):
         fsync: bool = True,
         mode: int = 0o600,
         append_in_sql: bool = True,
+        create: bool = True,
     ) -> None:
         """`timeout`: seconds to wait for another writer; `fsync`: a write returns once its
         commit is on disk (else it may be lost on power loss, never corrupted); `mode`: permissions of a new database file;
         `append_in_sql`: an update that extends a value inserts the suffix as a chunk (False rewrites
-        the value whole)."""
+        the value whole); `create`: False opens only a database that already holds our tables,
+        changing nothing (NoStoreError otherwise, naming another tool's database)."""
         self.path = Path(path)
+        self.create = create
         self.timeout = timeout
         self.fsync = fsync
         self.mode = mode
@@ -152,6 +155,8 @@ class SQLiteStore(DeferredAppends, Store):
                     conn.close()
 
     def _connect(self) -> _Connection:
+        if not self.create and not self._ready:
+            self._require_ours()
         if not self.path.exists():
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, self.mode))
@@ -185,17 +190,34 @@ class SQLiteStore(DeferredAppends, Store):
                     raise
                 time.sleep(0.005)
 
+    def _require_ours(self) -> None:
+        """Without `create`: refuse a missing file, or a database without our tables, before
+        anything (even the journal mode) is changed; refuse schema 1, which opening would migrate."""
+        from telar_checkpoint.stores.foreign import not_ours, sqlite_tables
+
+        where = f"SQLite database {self.path}"
+        if not self.path.exists():
+            raise NoStoreError(f"no store at {self.path}: the file does not exist")
+        tables = sqlite_tables(self.path)
+        if "telar_histories" in tables:
+            raise NoStoreError(f"{where} holds a store of schema 1; open it once with TelarSaver to upgrade it")
+        if "telar_meta" not in tables:
+            raise not_ours(where, tables, postgres=False, langgraph_url=f"langgraph+sqlite:///{self.path}")
+
     def _setup(self, conn: sqlite3.Connection) -> None:
-        with self._transaction(conn):
-            conn.execute(_SETUP[0])
-            conn.execute(_RECORD_VERSION if conn.execute(_V1_TABLE).fetchone() is None else _RECORD_V1)
+        if not self.create:  # the tables are there (`_require_ours`); only their version is checked
             version = int(conn.execute(_VERSION).fetchone()[0])
-            if version < SCHEMA_VERSION:  # 1: one row per thread in telar_histories
-                for statement in _SETUP[1:] + _MIGRATE_V1:
-                    conn.execute(statement)
-            elif version == SCHEMA_VERSION:
-                for statement in _SETUP[1:]:
-                    conn.execute(statement)
+        else:
+            with self._transaction(conn):
+                conn.execute(_SETUP[0])
+                conn.execute(_RECORD_VERSION if conn.execute(_V1_TABLE).fetchone() is None else _RECORD_V1)
+                version = int(conn.execute(_VERSION).fetchone()[0])
+                if version < SCHEMA_VERSION:  # 1: one row per thread in telar_histories
+                    for statement in _SETUP[1:] + _MIGRATE_V1:
+                        conn.execute(statement)
+                elif version == SCHEMA_VERSION:
+                    for statement in _SETUP[1:]:
+                        conn.execute(statement)
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"SQLite database {self.path} has store schema version {version}, newer than this "

@@ -7,17 +7,22 @@ checkpoint per line); importing validates it with the codec before storing it.
 from __future__ import annotations
 
 from telar_checkpoint.errors import UsageError
-from telar_checkpoint.migrate._migrate import _left_out, _Built, _keys_of, _parents_of
-from telar_checkpoint.migrate._report import ALREADY, MigrationReport
-from telar_checkpoint.migrate._sources import describe
+from telar_checkpoint.migration._migrate import _left_out, _Built, _keys_of, _parents_of
+from telar_checkpoint.migration._report import ALREADY, MigrationReport
+from telar_checkpoint.migration._sources import describe
 from telar_checkpoint.saver import TelarSaver
 
 
-def export_thread(saver: TelarSaver, thread_id: str) -> str:
-    """The stored history of `thread_id` as JSON lines (a torn, unterminated last line left out)."""
+def export_thread(saver: TelarSaver, thread_id: str, *, raw: bool = False) -> str:
+    """The stored history of `thread_id` as JSON lines (a torn, unterminated last line left out).
+
+    With `raw`, the text exactly as stored, whatever its state (to keep or look at a damaged thread).
+    """
     text = saver.store.read(str(thread_id))
     if text is None:
         raise UsageError(f"thread {thread_id!r} is not in the {saver.store.kind} store; nothing to export")
+    if raw:
+        return text
     history = saver.codec.parse(str(thread_id), text)
     return text if history.torn is None else text[: len(text) - len(history.torn)]
 

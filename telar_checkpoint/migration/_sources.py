@@ -22,8 +22,15 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from telar_checkpoint._compat import writes_sort_key
 from telar_checkpoint.codec import CheckpointRecord, WriteRecord
-from telar_checkpoint.errors import UsageError
+from telar_checkpoint.errors import NoStoreError, StoreError, UsageError
 from telar_checkpoint.saver import TelarSaver
+from telar_checkpoint.stores.foreign import (
+    LANGGRAPH_POSTGRES_TABLES,
+    LANGGRAPH_SQLITE_TABLES,
+    not_langgraph,
+    sqlite_tables,
+)
+from telar_checkpoint.stores.opening import open_existing
 
 LANGGRAPH_PREFIX = "langgraph+"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -54,8 +61,11 @@ def open_source(url: str) -> Iterator[BaseCheckpointSaver]:
         with _postgres_saver(url) as saver:
             yield saver
     elif scheme is None or scheme in SCHEMES:
-        with TelarSaver.from_conn_string(url) as saver:
-            yield saver
+        store = open_existing(url)  # a source is read, never created
+        try:
+            yield TelarSaver(store)
+        finally:
+            store.close()
     else:
         raise UsageError(
             f"source URL {_shown(url)!r}: unknown scheme {scheme!r}; use langgraph+sqlite:///file.db "
@@ -76,7 +86,10 @@ def _sqlite_saver(url: str) -> Iterator[BaseCheckpointSaver]:
         raise UsageError(f"source URL {url!r}: write langgraph+sqlite:///relative.db or langgraph+sqlite:////abs.db")
     path = unquote(parts.path)[1:]  # langgraph+sqlite:///rel.db is relative, ////abs.db absolute
     if not path or not Path(path).is_file():
-        raise UsageError(f"source URL {url!r}: no SqliteSaver database at {os.path.abspath(path or '.')!r}")
+        raise NoStoreError(f"source URL {url!r}: no SqliteSaver database at {os.path.abspath(path or '.')!r}")
+    tables = sqlite_tables(Path(path))  # SqliteSaver would create its tables in any database
+    if not LANGGRAPH_SQLITE_TABLES <= tables:
+        raise not_langgraph(f"SQLite database {path}", tables, postgres=False, our_url=f"sqlite:///{path}")
     with saver_module.SqliteSaver.from_conn_string(path) as saver:
         yield saver
 
@@ -84,8 +97,27 @@ def _sqlite_saver(url: str) -> Iterator[BaseCheckpointSaver]:
 @contextlib.contextmanager
 def _postgres_saver(url: str) -> Iterator[BaseCheckpointSaver]:
     saver_module = _import("langgraph.checkpoint.postgres", "langgraph-checkpoint-postgres", url)
-    with saver_module.PostgresSaver.from_conn_string(url[len(LANGGRAPH_PREFIX):]) as saver:
-        yield saver
+    conninfo = url[len(LANGGRAPH_PREFIX):]
+    try:
+        with saver_module.PostgresSaver.from_conn_string(conninfo) as saver:
+            with saver._cursor() as cur:  # the tables are LangGraph's to create (setup), not ours
+                cur.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+                )
+                tables = {str(_column(row, "table_name", 0)) for row in cur.fetchall()}
+            if not LANGGRAPH_POSTGRES_TABLES <= tables:
+                where = f"PostgreSQL database {_shown(conninfo)}"
+                raise not_langgraph(where, tables, postgres=True, our_url=_shown(conninfo))
+            yield saver
+    except psycopg_errors() as exc:
+        raise StoreError(f"source URL {_shown(url)!r}: {exc}".rstrip()) from exc
+
+
+def psycopg_errors() -> tuple[type[BaseException], ...]:
+    """psycopg's base error, to name a failure of a PostgresSaver source as ours."""
+    import psycopg
+
+    return (psycopg.Error,)
 
 
 def _import(module: str, package: str, url: str) -> Any:

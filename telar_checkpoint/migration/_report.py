@@ -34,7 +34,9 @@ class MigrationReport:
     `threads`, `checkpoints` and `writes` count what was written (or, with
     `dry_run`, what would be). `skipped` maps a thread to why it was not written
     ("already migrated"), `left_out` a thread to the checkpoints it lost,
-    `failed` a thread to the error that stopped it (nothing was written for it).
+    `failed` a thread to the error that stopped it (nothing was written for it), or
+    to "not in the source" for a thread asked for by name. `source_empty`: the source
+    held no thread at all.
     """
 
     source: str
@@ -46,6 +48,7 @@ class MigrationReport:
     skipped: dict[str, str] = field(default_factory=dict)
     left_out: dict[str, list[LeftOut]] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    source_empty: bool = False  # the source held no thread at all (a wrong URL, often)
 
     @property
     def ok(self) -> bool:
@@ -57,6 +60,8 @@ class MigrationReport:
 
     def format(self) -> str:
         """A one-paragraph summary for people (the CLI prints it)."""
+        if self.source_empty:
+            return f"Nothing to migrate: {self.source} holds no threads (is it the right source?)."
         verb = "Would migrate" if self.dry_run else "Migrated"
         parts = [
             f"{verb} {_n(self.threads, 'thread')} ({_n(self.checkpoints, 'checkpoint')}, "

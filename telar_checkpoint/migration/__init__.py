@@ -6,10 +6,10 @@
 `open_source(url)` opens a saver to migrate from. See docs/MIGRATION.md.
 """
 
-from telar_checkpoint.migrate._files import export_thread, import_thread
-from telar_checkpoint.migrate._migrate import MigrationConflictError, Progress, migrate, reencode
-from telar_checkpoint.migrate._report import LeftOut, MigrationReport
-from telar_checkpoint.migrate._sources import open_source
+from telar_checkpoint.migration._files import export_thread, import_thread
+from telar_checkpoint.migration._migrate import MigrationConflictError, Progress, migrate, reencode
+from telar_checkpoint.migration._report import LeftOut, MigrationReport
+from telar_checkpoint.migration._sources import open_source
 
 __all__ = [
     "LeftOut",

@@ -16,8 +16,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord
 from telar_checkpoint.errors import TelarError, UsageError
 from telar_checkpoint.history import History, Key
-from telar_checkpoint.migrate._report import ALREADY, BRANCH, NOT_FOUND, SUBGRAPH, TRIMMED, LeftOut, MigrationReport
-from telar_checkpoint.migrate._sources import describe, discover_threads, read_records
+from telar_checkpoint.migration._report import ALREADY, BRANCH, NOT_FOUND, SUBGRAPH, TRIMMED, LeftOut, MigrationReport
+from telar_checkpoint.migration._sources import describe, discover_threads, read_records
 from telar_checkpoint.saver import TelarSaver
 
 Progress = Callable[[int, int, str], object]
@@ -64,7 +64,7 @@ def migrate(
         records = read_records(source, thread_id)
         return _built_from_records(target, records) if records else None
 
-    _run(report, target, _threads(source, thread_ids), build, dry_run, progress)
+    _run(report, target, _threads(source, thread_ids), build, dry_run, progress, named=thread_ids is not None)
     return report
 
 
@@ -99,7 +99,7 @@ def reencode(
         return built
 
     threads = list(thread_ids) if thread_ids is not None else sorted(saver.store.keys())
-    _run(report, saver, threads, build, dry_run, progress)
+    _run(report, saver, threads, build, dry_run, progress, named=thread_ids is not None)
     return report
 
 
@@ -116,13 +116,17 @@ def _run(
     build: Callable[[str], _Built | None],
     dry_run: bool,
     progress: Progress | None,
+    *,
+    named: bool,
 ) -> None:
-    """Build and store each thread; a thread's error is reported, a progress callback's propagates."""
+    """Build and store each thread; a thread's error is reported, a progress callback's propagates.
+    A thread asked for by name (`named`) that the source does not hold is a failure."""
+    report.source_empty = not threads and not named
     for done, thread_id in enumerate(threads, 1):
         try:
             built = build(thread_id)
             if built is None:
-                report.skipped[thread_id] = NOT_FOUND
+                (report.failed if named else report.skipped)[thread_id] = NOT_FOUND
             else:
                 _store(report, target, thread_id, built, dry_run)
         except Exception as exc:  # reported per thread; the others go on
