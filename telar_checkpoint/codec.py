@@ -15,9 +15,10 @@ from typing import Any
 
 import orjson
 
-from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, writes_sort_key
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from telar_checkpoint._compat import writes_sort_key
 from telar_checkpoint.errors import CheckpointDroppedError, UsageError
 from telar_checkpoint.format import (
     PLAIN_CHECKPOINT_KEYS,

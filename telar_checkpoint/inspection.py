@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from langgraph.checkpoint.base import writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from telar_checkpoint._compat import writes_sort_key
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, TelarError
 from telar_checkpoint.format import FORMAT_V1, FORMAT_V2

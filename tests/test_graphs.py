@@ -15,6 +15,7 @@ from tests.graphs import (
     normalize,
     path_to_head,
     resume,
+    skip_async_interrupt_before_python_311,
     summary,
     with_interrupt,
 )
@@ -51,6 +52,7 @@ async def test_multi_step_invoked_twice(savers, api) -> None:
 
 
 async def test_interrupt_and_resume(savers, api) -> None:
+    skip_async_interrupt_before_python_311(api.mode)
     async def scenario(graph):
         paused = await api.invoke(graph, {"request": "deploy", "log": []}, config())
         at_pause = summary(await api.state(graph, config()))
@@ -65,6 +67,7 @@ async def test_interrupt_and_resume(savers, api) -> None:
 
 @pytest.mark.parametrize("depth", [1, 2])
 async def test_interrupt_inside_subgraph(savers, api, depth) -> None:
+    skip_async_interrupt_before_python_311(api.mode)
     async def scenario(graph):
         paused = await api.invoke(graph, {"request": "r", "log": []}, config())
         nested = summary(await api.state(graph, config(), subgraphs=True))
@@ -96,6 +99,7 @@ async def test_send_fan_out_reruns_only_the_failed_task(savers, api) -> None:
 
 @pytest.mark.parametrize("durability", ["sync", "async", "exit"])
 async def test_durability_modes(savers, api, durability) -> None:
+    skip_async_interrupt_before_python_311(api.mode)
     async def scenario(graph):
         paused = await api.invoke(graph, {"request": "d", "log": []}, config(), durability=durability)
         done = await api.invoke(graph, resume("fine"), config(), durability=durability)

@@ -6,13 +6,12 @@ import operator
 from typing import Annotated
 
 import pytest
-from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
 from telar_checkpoint import CheckpointDroppedError, TelarSaver
-from tests.graphs import multi_step, nested_subgraphs, resume
+from tests.graphs import multi_step, nested_subgraphs, resume, skip_async_interrupt_before_python_311
 
 
 def config(thread: str = "t") -> dict:
@@ -40,6 +39,7 @@ def test_depth_holds_on_a_growing_thread(store) -> None:
 
 async def test_depth_holds_across_subgraph_namespaces(store) -> None:
     """Every subgraph call makes a namespace; N still bounds the whole thread."""
+    skip_async_interrupt_before_python_311("async")
     saver = TelarSaver(store, max_history=4)
     graph = nested_subgraphs(2).compile(checkpointer=saver)
     reference = nested_subgraphs(2).compile(checkpointer=InMemorySaver())
@@ -55,9 +55,17 @@ async def test_depth_holds_across_subgraph_namespaces(store) -> None:
     assert state.values == ref_state.values and state.next == ref_state.next
 
 
-class Chat(TypedDict):
-    messages: Annotated[list, DeltaChannel(operator.add, snapshot_frequency=3)]
-    turns: int
+try:  # langgraph>=1.2
+    from langgraph.channels.delta import DeltaChannel
+except ImportError:
+    DeltaChannel = None
+needs_delta_channel = pytest.mark.skipif(DeltaChannel is None, reason="DeltaChannel needs langgraph>=1.2")
+
+if DeltaChannel is not None:
+
+    class Chat(TypedDict):
+        messages: Annotated[list, DeltaChannel(operator.add, snapshot_frequency=3)]
+        turns: int
 
 
 def delta_graph() -> StateGraph:
@@ -67,6 +75,7 @@ def delta_graph() -> StateGraph:
     return builder
 
 
+@needs_delta_channel
 @pytest.mark.parametrize("max_history", [1, 2, 5])
 def test_trimming_never_breaks_delta_channel_state(store, max_history) -> None:
     saver = TelarSaver(store, max_history=max_history)

@@ -96,7 +96,8 @@ def test_missing_driver_says_what_to_install(url: str, driver: str, extra: str, 
         open_store(url)
 
 
-@pytest.mark.parametrize("url", ["redis://host:notaport/0", "postgresql://a b"])
+# (not "postgresql://a b": libpq 18 rejects it, but the libpq 16 in psycopg-binary 3.2.1 takes "a b" as a host)
+@pytest.mark.parametrize("url", ["redis://host:notaport/0", "postgresql://[::1/db"])
 def test_malformed_server_urls(url: str) -> None:
     with pytest.raises(UsageError, match="not a (Redis URL|PostgreSQL connection string)"):
         open_store(url)

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointTuple, writes_sort_key
+from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
+from telar_checkpoint._compat import writes_sort_key
 from telar_checkpoint.codec import CheckpointRecord, WriteRecord
 from telar_checkpoint.errors import NoStoreError, StoreError, UsageError
 from telar_checkpoint.saver import TelarSaver

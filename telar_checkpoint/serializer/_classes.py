@@ -339,6 +339,8 @@ def _send(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
         raise SerializationError("stored value $send needs the langgraph package")
     record = expect_keys(payload, "$send", ("node", "arg"), ("timeout",))
     node, arg, timeout = dec(record["node"]), dec(record["arg"]), dec(record.get("timeout"))
+    if timeout is None:  # langgraph<1.2's Send takes no timeout
+        return _build(_Send, lambda: _Send(node, arg), "$send", None)
     return _build(_Send, lambda: _Send(node, arg, timeout=timeout), "$send", None)
 
 

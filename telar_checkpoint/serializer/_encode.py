@@ -324,8 +324,9 @@ def _base_type_encoder(cls: type) -> Callable[[Any], Any] | None:
 
 def _encode_send(obj: Any) -> Any:
     payload = {"node": to_jsonable(obj.node), "arg": to_jsonable(obj.arg)}
-    if obj.timeout is not None:
-        payload["timeout"] = to_jsonable(obj.timeout)
+    timeout = getattr(obj, "timeout", None)  # langgraph>=1.2; older Sends have none
+    if timeout is not None:
+        payload["timeout"] = to_jsonable(timeout)
     return {"$send": payload}
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import os
 import random
 import time
@@ -55,6 +56,14 @@ try:  # redis>=7: with maintenance notifications on ("auto"), the asyncio pool s
     _CLIENT_DEFAULTS: dict[str, Any] = {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 except ImportError:  # pragma: no cover - older redis
     _CLIENT_DEFAULTS = {}
+
+# redis<5.3 requires a command name here (a plain pool ignores it); redis>=5.3 warns when given one.
+_POOL_ARGS: tuple[str, ...] = (
+    ("GET",)
+    if inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"].default
+    is inspect.Parameter.empty
+    else ()
+)
 
 SCHEMA_VERSION = 2
 """The layout of our keys; 1 is read as it is, a prefix recording a newer one is refused."""
@@ -241,7 +250,7 @@ class RedisStore(Store):
         if not self._direct:
             return self._client.execute_command(*args)
         pool = self._client.connection_pool
-        conn = pool.get_connection()
+        conn = pool.get_connection(*_POOL_ARGS)
         try:
             conn.send_command(*args)
             return conn.read_response()
@@ -370,7 +379,7 @@ class RedisStore(Store):
         if not direct:
             return await client.execute_command(*args)
         pool = client.connection_pool
-        conn = await pool.get_connection()
+        conn = await pool.get_connection(*_POOL_ARGS)
         try:
             await conn.send_command(*args)
             return await conn.read_response()
