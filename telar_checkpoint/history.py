@@ -467,8 +467,10 @@ class History:
 
     def finished_calls(self, keep_finished_calls: bool = False) -> list[str]:
         """The subgraph-call namespaces to drop: those whose call is over, because a graph that
-        encloses the call (`parents`) has a newer checkpoint than the one the call ran under.
-        LangGraph never resumes such a call; the enclosing checkpoint holds its result.
+        encloses the call (`parents`) stored a checkpoint after the call's latest one: it moved
+        on (or forked) since. LangGraph never resumes such a call; the enclosing checkpoint holds
+        its result. (A replay on langgraph 1.0 runs a call under an old checkpoint without
+        storing a newer one first: the call is newer than everything, so it is not over.)
 
         With `keep_finished_calls`, a call that is over stays while every checkpoint it ran
         under is stored, so the subgraph state of a past step can be inspected (LangGraph's
@@ -482,7 +484,7 @@ class History:
             over, under_stored = False, True
             for outer, cid in (entry.line.metadata.get("parents") or {}).items():
                 head = self.latest(outer) if outer != ns else None
-                over = over or (head is not None and cid < head.line.id)
+                over = over or (head is not None and head.line.id > entry.line.id)
                 under_stored = under_stored and (outer, cid) in self.entries
             if over and not (keep_finished_calls and under_stored):
                 finished.append(ns)

@@ -286,13 +286,13 @@ def test_a_fork_whose_own_parent_is_gone_replaces_from_its_own_step() -> None:
     assert ids(text) == ["00000001", "00000002", "00000010", "00000011"]
 
 
-def test_a_subgraph_call_ends_when_its_root_checkpoint_is_no_longer_the_head() -> None:
+def test_a_subgraph_call_ends_when_the_root_stores_a_checkpoint_after_it() -> None:
     text = build(*linear(4), record(20, None, -1, "input", ns="child:x", root=4), record(21, 20, 0, ns="child:x", root=4))
     assert ids(text, "child:x") == ["00000020", "00000021"]  # paused inside the call: kept
-    text = codec.append(text, record(10, 3, 2, "fork"))  # the head is now the fork: the call is over
+    text = codec.append(text, record(30, 3, 2, "fork"))  # a root checkpoint after the call: it is over
     assert ids(text, "child:x") == [] and '"format":2' not in text
-    text = codec.append(text, record(11, 10, 3))
-    assert ids(text) == ["00000001", "00000002", "00000003", "00000010", "00000011"]
+    text = codec.append(text, record(31, 30, 3))
+    assert ids(text) == ["00000001", "00000002", "00000003", "00000030", "00000031"]
 
 
 def test_a_call_put_before_its_root_checkpoint_stays() -> None:
@@ -300,6 +300,12 @@ def test_a_call_put_before_its_root_checkpoint_stays() -> None:
     text = build(*linear(4), record(20, None, -1, "input", ns="child:x", root=5))
     assert ids(text, "child:x") == ["00000020"]
     text = codec.append(text, record(5, 4, 3))
+    assert ids(text, "child:x") == ["00000020"]
+
+
+def test_a_call_a_replay_runs_under_an_old_checkpoint_stays() -> None:
+    """langgraph 1.0 replays a step without storing a fork: the call runs under an old checkpoint."""
+    text = build(*linear(6), record(20, None, -1, "input", ns="child:x", root=3))
     assert ids(text, "child:x") == ["00000020"]
 
 

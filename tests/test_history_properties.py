@@ -109,9 +109,8 @@ class Thread:
         for ns, ids in by_ns.items():
             if self.max_history is not None:
                 assert len(ids) <= self.max_history, (ns, ids)
-            if ":" in ns:  # a call: only while it runs under the root's head
-                parents = history.latest(ns).line.metadata["parents"]
-                assert root_head is not None and parents[""] >= root_head.line.id, (ns, parents)
+            if ":" in ns:  # a call: only until the root stores a checkpoint after it
+                assert root_head is not None and history.latest(ns).line.id > root_head.line.id, ns
             else:
                 assert ns in ("",) + PERSISTENT
         # The latest checkpoint of every live namespace is kept.

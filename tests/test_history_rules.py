@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import orjson
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send, interrupt
@@ -21,7 +22,16 @@ from typing_extensions import TypedDict
 from telar_checkpoint import CheckpointDroppedError, TelarSaver
 from telar_checkpoint import format as line_format
 from telar_checkpoint.history import History
-from tests.graphs import Api, fan_out, nested_subgraphs, path_to_head, resume, summary, with_interrupt
+from tests.graphs import (
+    Api,
+    fan_out,
+    nested_subgraphs,
+    path_to_head,
+    resume,
+    skip_async_interrupt_before_python_311,
+    summary,
+    with_interrupt,
+)
 
 
 def config(thread: str = "t") -> dict:
@@ -67,15 +77,17 @@ def counter_parent(mode: str, uses: set[int]) -> StateGraph:
     sub.add_edge(START, "count")
     counter = sub.compile(checkpointer=True)
 
+    # Each node passes its config on to the subgraph: langgraph 1.0, and asyncio before Python
+    # 3.11, do not carry it there by themselves.
     if mode == "sync":
 
-        def maybe_count(s: Turn) -> dict:
-            return {"seen": [counter.invoke({"hits": [1]})["total"]]} if s["turn"] in uses else {}
+        def maybe_count(s: Turn, config: RunnableConfig) -> dict:
+            return {"seen": [counter.invoke({"hits": [1]}, config)["total"]]} if s["turn"] in uses else {}
 
     else:
 
-        async def maybe_count(s: Turn) -> dict:  # type: ignore[misc]
-            return {"seen": [(await counter.ainvoke({"hits": [1]}))["total"]]} if s["turn"] in uses else {}
+        async def maybe_count(s: Turn, config: RunnableConfig) -> dict:  # type: ignore[misc]
+            return {"seen": [(await counter.ainvoke({"hits": [1]}, config))["total"]]} if s["turn"] in uses else {}
 
     builder = StateGraph(Turn)
     builder.add_node("maybe_count", maybe_count)
@@ -116,13 +128,13 @@ def paused_persistent_parent(mode: str, work_steps: int) -> StateGraph:
 
     if mode == "sync":
 
-        def ask(s: Work) -> dict:
-            return {"log": [",".join(asker.invoke({"answers": []})["answers"])]}
+        def ask(s: Work, config: RunnableConfig) -> dict:
+            return {"log": [",".join(asker.invoke({"answers": []}, config)["answers"])]}
 
     else:
 
-        async def ask(s: Work) -> dict:  # type: ignore[misc]
-            return {"log": [",".join((await asker.ainvoke({"answers": []}))["answers"])]}
+        async def ask(s: Work, config: RunnableConfig) -> dict:  # type: ignore[misc]
+            return {"log": [",".join((await asker.ainvoke({"answers": []}, config))["answers"])]}
 
     builder = StateGraph(Work)
     builder.add_node("work", lambda s: {"steps": s.get("steps", 0) + 1, "log": [f"w{s.get('steps', 0)}"]})
@@ -135,6 +147,7 @@ def paused_persistent_parent(mode: str, work_steps: int) -> StateGraph:
 
 @pytest.mark.parametrize("max_history", [1, 3])
 async def test_a_paused_persistent_subgraph_resumes_after_more_than_n_steps(store, api, max_history) -> None:
+    skip_async_interrupt_before_python_311(api.mode)
     results = []
     for saver in (InMemorySaver(), TelarSaver(store, max_history=max_history)):
         graph = paused_persistent_parent(api.mode, work_steps=2 * max_history + 2).compile(checkpointer=saver)
@@ -198,6 +211,7 @@ async def test_send_fan_out_under_a_small_depth(store, api, max_history) -> None
 
 
 async def test_re_deciding_an_old_interrupt_drops_the_old_branch(store, api) -> None:
+    skip_async_interrupt_before_python_311(api.mode)
     runs = []
     for saver in (InMemorySaver(), TelarSaver(store)):
         graph = with_interrupt().compile(checkpointer=saver)
@@ -220,6 +234,7 @@ async def test_re_deciding_an_old_interrupt_drops_the_old_branch(store, api) -> 
 
 
 async def test_going_back_before_a_subgraph_call_drops_that_calls_checkpoints(store, api) -> None:
+    skip_async_interrupt_before_python_311(api.mode)
     runs = []
     for saver in (InMemorySaver(), TelarSaver(store)):
         graph = nested_subgraphs(1).compile(checkpointer=saver)
@@ -228,9 +243,11 @@ async def test_going_back_before_a_subgraph_call_drops_that_calls_checkpoints(st
         before_call = next(s for s in await api.history(graph, config()) if s.next == ("child",))
         steps.append(await api.invoke(graph, None, before_call.config))  # replays the call: it pauses again
         if isinstance(saver, TelarSaver):
-            namespaces = {ns for ns, _ in read_history(saver).entries}
-            assert len([ns for ns in namespaces if ns]) == 1, "only the paused call's namespace is left"
-            assert 2 in stored_formats(saver)
+            # langgraph 1.2 pauses in the call again; 1.0 replays it with the answer stored before.
+            paused = (await api.state(graph, config())).next == ("child",)
+            namespaces = {ns for ns, _ in read_history(saver).entries if ns}
+            assert len(namespaces) == (1 if paused else 0), "only a paused call's namespace is left"
+            assert (2 in stored_formats(saver)) == paused
         steps.append(await api.invoke(graph, resume("second"), config()))
         steps.append(summary(await api.state(graph, config(), subgraphs=True)))
         if isinstance(saver, TelarSaver):
@@ -245,6 +262,7 @@ def read_history(saver: TelarSaver, thread: str = "t") -> History:
 
 
 async def test_update_and_replay_forks_keep_only_the_path_once_the_run_moves_on(store, api) -> None:
+    skip_async_interrupt_before_python_311(api.mode)
     saver = TelarSaver(store)
     graph = with_interrupt().compile(checkpointer=saver)
     await api.invoke(graph, {"request": "a", "log": []}, config())
@@ -266,6 +284,7 @@ async def test_update_and_replay_forks_keep_only_the_path_once_the_run_moves_on(
 
 @pytest.mark.parametrize("depth", [1, 2])
 async def test_version_2_only_while_paused_in_a_subgraph(store, api, depth) -> None:
+    skip_async_interrupt_before_python_311(api.mode)
     saver = TelarSaver(store)
     graph = nested_subgraphs(depth).compile(checkpointer=saver)
     reference = nested_subgraphs(depth).compile(checkpointer=InMemorySaver())
@@ -298,6 +317,7 @@ async def subgraph_states_of_past_steps(api: Api, graph: Any) -> list:
 
 
 async def test_keep_finished_subgraphs_lets_past_steps_subgraphs_be_inspected(store, api) -> None:
+    skip_async_interrupt_before_python_311(api.mode)
     shown = []
     for saver in (InMemorySaver(), TelarSaver(store, keep_finished_subgraphs=True), TelarSaver(store, max_history=1)):
         graph = nested_subgraphs(2).compile(checkpointer=saver)
