@@ -9,7 +9,7 @@ left behind, and `max_history` keeps the last N. See docs/FORMAT.md.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -280,8 +280,7 @@ class CheckpointCodec:
 
         `thread_id` only names the thread in errors and keys the parse memo.
         """
-        history = self.cache.editable(thread_id, stored)
-        return self._result(thread_id, history, stored, self.put_lines(history, record, max_history))
+        return self.apply(stored, lambda history: self.put_lines(history, record, max_history), thread_id=thread_id)
 
     def add_writes(
         self,
@@ -299,25 +298,18 @@ class CheckpointCodec:
         Regular writes (idx >= 0) already stored are kept as they are; special ones
         (negative idx: errors, interrupts, resumes) overwrite. Appends one line.
         """
-        return self.add_encoded_writes(
-            stored, checkpoint_ns, checkpoint_id, task_id, self.encode_writes(writes), task_path, thread_id=thread_id
+        encoded = self.encode_writes(writes)
+        return self.apply(
+            stored,
+            lambda history: self.writes_lines(history, checkpoint_ns, checkpoint_id, task_id, encoded, task_path),
+            thread_id=thread_id,
         )
 
-    def add_encoded_writes(
-        self,
-        stored: str | None,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        task_id: str,
-        encoded: Sequence[tuple[int, str, Any]],
-        task_path: str = "",
-        *,
-        thread_id: str | None = None,
-    ) -> str:
-        """`add_writes` for writes already encoded (`encode_writes`)."""
+    def apply(self, stored: str | None, make_lines: Callable[[History], list[str] | None], *, thread_id: str | None = None) -> str:
+        """`stored` after `make_lines` changed its history (an editable copy): with the lines it
+        returns appended, or rewritten whole when it returns None (see `put_lines`)."""
         history = self.cache.editable(thread_id, stored)
-        lines = self.writes_lines(history, checkpoint_ns, checkpoint_id, task_id, encoded, task_path)
-        return self._result(thread_id, history, stored, lines)
+        return self._result(thread_id, history, stored, make_lines(history))
 
     def trim(self, stored: str | None, max_history: int) -> str:
         """`stored` cut to its last `max_history` checkpoints (see `append`)."""

@@ -360,17 +360,15 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         """The put as lines for a kept history and as a change of the stored string, its values
         encoded now, before it waits its turn (see `PreparedRecord`)."""
         prepared = self.codec.prepare(record, new_versions)
-        return (
-            lambda history: self.codec.put_lines(history, prepared, self.max_history),
-            lambda old: self.codec.append(old, prepared, self.max_history, thread_id=thread_id),
-        )
+        return self._change(thread_id, lambda history: self.codec.put_lines(history, prepared, self.max_history))
 
     def _writes_change(self, thread_id: str, ns: str, cid: str, task_id: str, items: list, task_path: str) -> tuple[Any, Any]:
         encoded = self.codec.encode_writes(items)  # now, before it waits its turn
-        return (
-            lambda history: self.codec.writes_lines(history, ns, cid, task_id, encoded, task_path),
-            lambda old: self.codec.add_encoded_writes(old, ns, cid, task_id, encoded, task_path, thread_id=thread_id),
-        )
+        return self._change(thread_id, lambda history: self.codec.writes_lines(history, ns, cid, task_id, encoded, task_path))
+
+    def _change(self, thread_id: str, make_lines: Any) -> tuple[Any, Any]:
+        """A change as lines for a kept history, and as a change of the stored string (the same lines)."""
+        return make_lines, lambda old: self.codec.apply(old, make_lines, thread_id=thread_id)
 
     def _get(self, config: RunnableConfig, history: History) -> CheckpointTuple | None:
         thread_id, ns = _thread_and_ns(config)
