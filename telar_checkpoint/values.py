@@ -16,7 +16,6 @@ from typing import Any, Protocol, runtime_checkable
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint.errors import SerializationError
-from telar_checkpoint.serializer import JsonSerializer
 
 SERDE_TAG = "$serde"
 

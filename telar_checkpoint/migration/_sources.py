@@ -11,11 +11,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
@@ -31,9 +29,9 @@ from telar_checkpoint.stores.foreign import (
     sqlite_tables,
 )
 from telar_checkpoint.stores.opening import open_existing
+from telar_checkpoint.stores.url import SCHEMES, local_path, scheme, shown
 
 LANGGRAPH_PREFIX = "langgraph+"
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 # (task_id, channel, idx, task_path) of one stored write
 WriteDetail = tuple[str, str, int, str]
 
@@ -50,17 +48,14 @@ def open_source(url: str) -> Iterator[BaseCheckpointSaver]:
     ``?options=-c%20search_path%3Dmyschema`` for a schema), or any store URL of ours
     (``file:///dir``, ``sqlite:///x.db``, ``postgresql://...``, ...).
     """
-    from telar_checkpoint.stores.url import SCHEMES
-
-    match = _SCHEME.match(url)
-    scheme = match.group(1).lower() if match else None
-    if scheme in ("langgraph+sqlite",):
+    kind = scheme(url)
+    if kind in ("langgraph+sqlite",):
         with _sqlite_saver(url) as saver:
             yield saver
-    elif scheme in ("langgraph+postgresql", "langgraph+postgres"):
+    elif kind in ("langgraph+postgresql", "langgraph+postgres"):
         with _postgres_saver(url) as saver:
             yield saver
-    elif scheme is None or scheme in SCHEMES:
+    elif kind is None or kind in SCHEMES:
         store = open_existing(url)  # a source is read, never created
         try:
             yield TelarSaver(store)
@@ -68,24 +63,17 @@ def open_source(url: str) -> Iterator[BaseCheckpointSaver]:
             store.close()
     else:
         raise UsageError(
-            f"source URL {_shown(url)!r}: unknown scheme {scheme!r}; use langgraph+sqlite:///file.db "
+            f"source URL {shown(url)!r}: unknown scheme {kind!r}; use langgraph+sqlite:///file.db "
             "(SqliteSaver), langgraph+postgresql://... (PostgresSaver) or a telar-checkpoint store URL "
             f"({', '.join(s + '://' for s in SCHEMES)})"
         )
 
 
-def _shown(url: str) -> str:
-    return re.sub(r"//([^/@:]*):[^/@]*@", r"//\1:***@", url)
-
-
 @contextlib.contextmanager
 def _sqlite_saver(url: str) -> Iterator[BaseCheckpointSaver]:
     saver_module = _import("langgraph.checkpoint.sqlite", "langgraph-checkpoint-sqlite", url)
-    parts = urlsplit(url)
-    if parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
-        raise UsageError(f"source URL {url!r}: write langgraph+sqlite:///relative.db or langgraph+sqlite:////abs.db")
-    path = unquote(parts.path)[1:]  # langgraph+sqlite:///rel.db is relative, ////abs.db absolute
-    if not path or not Path(path).is_file():
+    path = str(local_path(url))  # langgraph+sqlite:///rel.db is relative, ////abs.db absolute
+    if not Path(path).is_file():
         raise NoStoreError(f"source URL {url!r}: no SqliteSaver database at {os.path.abspath(path or '.')!r}")
     tables = sqlite_tables(Path(path))  # SqliteSaver would create its tables in any database
     if not LANGGRAPH_SQLITE_TABLES <= tables:
@@ -106,11 +94,11 @@ def _postgres_saver(url: str) -> Iterator[BaseCheckpointSaver]:
                 )
                 tables = {str(_column(row, "table_name", 0)) for row in cur.fetchall()}
             if not LANGGRAPH_POSTGRES_TABLES <= tables:
-                where = f"PostgreSQL database {_shown(conninfo)}"
-                raise not_langgraph(where, tables, postgres=True, our_url=_shown(conninfo))
+                where = f"PostgreSQL database {shown(conninfo)}"
+                raise not_langgraph(where, tables, postgres=True, our_url=shown(conninfo))
             yield saver
     except psycopg_errors() as exc:
-        raise StoreError(f"source URL {_shown(url)!r}: {exc}".rstrip()) from exc
+        raise StoreError(f"source URL {shown(url)!r}: {exc}".rstrip()) from exc
 
 
 def psycopg_errors() -> tuple[type[BaseException], ...]:
@@ -124,7 +112,7 @@ def _import(module: str, package: str, url: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise UsageError(f"source URL {_shown(url)!r} needs the {package} package; pip install {package}") from exc
+        raise UsageError(f"source URL {shown(url)!r} needs the {package} package; pip install {package}") from exc
 
 
 # --- discovery --------------------------------------------------------------------

@@ -11,35 +11,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from telar_checkpoint.errors import ForeignStoreError, NoStoreError
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.foreign import is_sqlite_file, sqlite_tables, sqlite_tool
+from telar_checkpoint.stores.url import local_path, open_store, scheme
 
 _OUR_ENTRIES = (".jsonl", ".d", "~long", ".tmp")  # what a FileStore puts at the top of its directory
 _NO_CREATE = ("sqlite", "postgresql", "postgres")  # the stores that take `create=False`
-
-
-def _scheme(url: str) -> str | None:
-    head, sep, _ = url.partition("://")
-    if sep and head.replace("+", "").replace("-", "").replace(".", "").isalnum():
-        return head.lower()
-    return "file" if url.startswith("file:") else "sqlite" if url.startswith("sqlite:") else None
-
-
-def local_path(url: str) -> Path | None:
-    """The directory or database file a local store URL names (None for server and memory URLs)."""
-    scheme = _scheme(url)
-    if scheme is None:
-        return Path(url)
-    parts = urlsplit(url)
-    if scheme == "file":
-        return Path(unquote(parts.path))
-    if scheme == "sqlite":
-        path = unquote(parts.path)
-        return Path(path[1:] if url.startswith("sqlite:///") else path)
-    return None
 
 
 def _check_directory(url: str, path: Path, *, must_exist: bool) -> None:
@@ -72,13 +51,11 @@ def _check_directory(url: str, path: Path, *, must_exist: bool) -> None:
 
 
 def _open(url: str, *, create: bool) -> Store:
-    from telar_checkpoint.stores.url import open_store
-
-    scheme = _scheme(url)
+    kind = scheme(url)
     path = local_path(url)
-    if scheme in (None, "file") and path is not None:
+    if kind in (None, "file") and path is not None:
         _check_directory(url, path, must_exist=not create)
-    if not create and scheme in _NO_CREATE:
+    if not create and kind in _NO_CREATE:
         store = open_store(url, create=False)
         try:
             store.schema_version()  # connects now: a missing or foreign store is named before anything else
