@@ -48,20 +48,13 @@ _Lines = tuple[Hashable, History, str]  # what to append: the version it needs, 
 
 
 def _open_store(target: str | os.PathLike[str] | None) -> Store:
-    """The store a path or URL given to `TelarSaver` names; an existing file is refused (it
-    would fail later, on the first write), a string with ``://`` is a URL (see `open_store`)."""
+    """The store a path or URL given to `TelarSaver` names: a string with ``://`` is a URL (see
+    `open_store`), anything else a directory (`FileStore` refuses a path that is a file)."""
     if isinstance(target, str) and "://" in target:
         from telar_checkpoint.stores.url import open_store
 
         return open_store(target)
-    directory = os.fspath(target or DEFAULT_DIRECTORY)
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise UsageError(
-            f"{directory!r} is a file, not a directory: TelarSaver keeps each thread as a file in a "
-            "directory. Give a directory (made if missing), a store URL such as sqlite:///checkpoints.db, "
-            "or a Store"
-        )
-    return FileStore(directory)
+    return FileStore(os.fspath(target or DEFAULT_DIRECTORY))
 
 
 def _thread_and_ns(config: RunnableConfig) -> tuple[str, str]:

@@ -137,7 +137,8 @@ class FileStore(DeferredAppends, Store):
         path, missing = os.path.abspath(self._root), []
         refused = UsageError(
             f"{self._root} is not a directory (or is under a file): a FileStore keeps its threads as files "
-            "in a directory of its own; give the path of a directory, or of one to create"
+            "in a directory of its own; give the path of a directory, or of one to create, or a store URL "
+            "such as sqlite:///checkpoints.db"
         )
         try:
             while True:
