@@ -372,7 +372,12 @@ class History:
         return in_place or replaced or finished
 
     def add_writes(self, ns: str, cid: str, task_id: str, path: str, writes: list[tuple[int, str, Any]]) -> WritesLine | None:
-        """Fold writes into their checkpoint; the line to append, or None if nothing changed."""
+        """Fold writes into their checkpoint; the line to append, or None if nothing changed.
+
+        Writes that arrive after their checkpoint was dropped (trimmed or replaced while they
+        were on their way, with async durability) are not stored: nothing reads them."""
+        if (ns, cid) not in self.entries and self.dropped_reason(ns, cid) is not None:
+            return None
         changed = merge_writes(self._writes_for((ns, cid)), task_id, path, writes)
         return WritesLine(ns, cid, task_id, path, changed) if changed else None
 

@@ -605,3 +605,11 @@ def test_verify_reports_a_loop_of_parent_links() -> None:
     found = [p for p in verify_thread("t", looped) if p.code == "cycle"]
     assert sorted(p.line for p in found) == [1, 2, 3] and all(p.severity == "error" for p in found)
     assert verify_thread("t", text) == []
+
+
+def test_writes_that_arrive_after_their_checkpoint_was_dropped_are_not_stored() -> None:
+    text = build(*linear(6), max_history=2)
+    assert codec.add_writes(text, "", "00000002", "late", [(0, "count", 1)]) == text  # trimmed
+    forked = build(*linear(4), record(10, 2, 1, "fork"), record(11, 10, 2))
+    assert codec.add_writes(forked, "", "00000004", "late", [(0, "count", 1)]) == forked  # replaced
+    assert codec.add_writes(forked, "", "00000099", "early", [(0, "count", 1)]) != forked  # not put yet
