@@ -135,9 +135,10 @@ class CheckpointCodec:
         `encoded` holds the channels encoded when the put was given (`prepare`). Another
         channel whose version is the parent's holds the parent's value: LangGraph gives a
         channel a new version whenever it updates it, and its own savers store a value once
-        per version. So it is not encoded again: a list is stored as nothing added, another
-        value as the parent's encoding. Every other value is encoded whole, and a list is then
-        compared with the parent's as JSON (`_appended`): what is stored is the value given.
+        per version. So it is not encoded again: a list is stored as nothing added, an object
+        as a reference to the parent's (`SAME`), a scalar as the parent's encoding. Every other
+        value is encoded whole, and a list is then compared with the parent's as JSON
+        (`_appended`): what is stored is the value given.
         """
         values: dict[str, Any] = {}
         unchanged: dict[str, list[Any]] = {}
