@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import orjson
@@ -613,3 +614,36 @@ def test_writes_that_arrive_after_their_checkpoint_was_dropped_are_not_stored() 
     forked = build(*linear(4), record(10, 2, 1, "fork"), record(11, 10, 2))
     assert codec.add_writes(forked, "", "00000004", "late", [(0, "count", 1)]) == forked  # replaced
     assert codec.add_writes(forked, "", "00000099", "early", [(0, "count", 1)]) != forked  # not put yet
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "where, field, value, message",
+    [
+        ("metadata", "deep", _nested(300), "field 'metadata' is nested more than 200 levels deep"),
+        ("checkpoint", "channel_versions", {"count": [1]}, "checkpoint.channel_versions should map channels to versions"),
+        ("checkpoint", "versions_seen", [], "checkpoint.versions_seen should map nodes to channel versions"),
+        ("checkpoint", "updated_channels", 3, "checkpoint.updated_channels should be a list of channel names or null"),
+        ("checkpoint", "v", None, "checkpoint.v .LangGraph's checkpoint version. should be an integer"),
+        ("metadata", "step", "3", "metadata 'step' should be an integer"),
+    ],
+)
+def test_shapes_a_reader_cannot_take_are_corrupt_lines_naming_the_field(where, field, value, message) -> None:
+    """Issue 19: verify and import passed these, and reads then failed or misread."""
+    line = orjson.loads(build(record(1, None, 0)))
+    if value is None:
+        del line[where][field]
+    else:
+        line[where][field] = value
+    text = json.dumps(line) + "\n"  # orjson writes 255 levels at most; a hand or tool may write more
+    with pytest.raises(CorruptLineError, match=rf"thread 't', line 1: {message}"):
+        codec.decode_history("t", text)
+    from telar_checkpoint.verify import verify_thread
+
+    assert [p.code for p in verify_thread("t", text)] == ["corrupt-line"]
