@@ -4,34 +4,24 @@ keeps the original, and leaves a thread that `verify` calls sound and the graph 
 
 from __future__ import annotations
 
-import io
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
 from telar_checkpoint import FileStore, TelarSaver, UsageError, repair
-from telar_checkpoint.cli import main
 from telar_checkpoint.errors import CorruptLineError
 from telar_checkpoint.repairing import plan_repair
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from telar_checkpoint.verify import BLANK_LINES_READ, verify_thread
 from tests.graphs import multi_step, with_interrupt
+from tests.test_cli import run  # the CLI in this process: exit code, stdout, stderr
 
 PROG = "telar-checkpoint: error: "
 
 
 def config(thread: str) -> dict:
     return {"configurable": {"thread_id": thread}}
-
-
-def run(capsys, *argv: str, stdin: str | None = None, monkeypatch=None) -> tuple[int, str, str]:
-    if stdin is not None:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def steps_thread(store) -> str:
