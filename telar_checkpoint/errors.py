@@ -41,6 +41,11 @@ class StoreFullError(StoreError):
     was stored before is as it was. A rewrite needs room for a temporary copy of the thread."""
 
 
+class StoreBusyError(StoreError):
+    """Another writer held a thread's lock for longer than the store's timeout: nothing was
+    written, and what was stored is as it was."""
+
+
 class SerializationError(TelarError):
     """A value could not be written as JSON, or a stored value names a type we do not load."""
 
@@ -94,6 +99,7 @@ __all__ = [
     "ForeignStoreError",
     "NoStoreError",
     "SerializationError",
+    "StoreBusyError",
     "StoreError",
     "StoreFullError",
     "StoredDataError",

@@ -191,8 +191,8 @@ class Lingers:
 
     MAX_SKIP = 64
 
-    def __init__(self, limit: float, stripes: int = STRIPES) -> None:
-        self.limit = limit
+    def __init__(self, limit: float, stripes: int = STRIPES, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit, self._clock = limit, clock
         self._last = [0.0] * stripes  # when the last put_writes of the stripe was written
         self._lingered = [0.0] * stripes  # how long it lingered
         self._gap = [limit * 2] * stripes  # average gap to the next write (starts: too long)
@@ -201,7 +201,7 @@ class Lingers:
 
     def wrote(self, thread_id: str, *, writes: bool) -> float:
         """Record a write of `thread_id`; for pending writes, how long to linger."""
-        i, now = stripe(thread_id, len(self._last)), time.monotonic()
+        i, now = stripe(thread_id, len(self._last)), self._clock()
         if self._last[i]:
             gap = now - self._last[i]
             self._gap[i] = 0.7 * self._gap[i] + 0.3 * gap

@@ -255,3 +255,25 @@ def test_a_kernel_without_self_syncing_writes_gets_write_then_fsync(
     assert version is not None and store.read("t") == "a\nb\nc\n"
     assert tries == [1] and len(fsyncs) == 2 and not store._handles["t"].commits.pending
     store.close()
+
+
+def test_a_lease_is_let_go_after_a_patched_clock_is_restored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hang CI met (bug, fixed here): a test elsewhere in the run patched ``time.monotonic``
+    for a moment; the leases thread computed its next wake-up from that clock (an hour away)
+    and held every lease of the process meanwhile, so a second store on the directory waited
+    for ever. Its sleep is now bounded by MAX_HOLD, whatever the clock says."""
+    one = FileStore(tmp_path, fsync=False)
+    one.update("t", lambda old: "a\n")
+    one.update("t", lambda old: (old or "") + "b\n")  # appends: `one` holds the lease now
+    assert locked_elsewhere(one.path("t"))
+    monkeypatch.setattr(time, "monotonic", lambda: 1.0)  # far behind the real clock
+    time.sleep(5 * leases.IDLE)  # the leases thread wakes meanwhile and reads it
+    monkeypatch.undo()
+    two = FileStore(tmp_path, fsync=False, lock_timeout=10.0)
+    done = threading.Event()
+    writer = threading.Thread(target=lambda: (two.update("t", lambda old: (old or "") + "c\n"), done.set()), daemon=True)
+    writer.start()
+    assert done.wait(20 * leases.MAX_HOLD), "the second store still waits for the first's lease"
+    assert one.read("t") == "a\nb\nc\n"
+    one.close()
+    two.close()

@@ -6,9 +6,6 @@ import asyncio
 import threading
 import time
 
-import pytest
-
-from telar_checkpoint import writer_locks
 from telar_checkpoint.writer_locks import Lingers, WriterLocks
 
 
@@ -20,10 +17,9 @@ class Clock:
         return self.now
 
 
-def test_pending_writes_linger_only_once_writes_followed_them_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pending_writes_linger_only_once_writes_followed_them_soon() -> None:
     clock = Clock()
-    monkeypatch.setattr(writer_locks.time, "monotonic", clock)
-    lingers = Lingers(0.002)
+    lingers = Lingers(0.002, clock=clock)
     assert lingers.wrote("t", writes=True) == 0.0  # nothing learned yet: no waiting
     for _ in range(10):  # LangGraph's pattern: a put 0.5 ms after each put_writes
         clock.now += 0.0005
@@ -39,12 +35,11 @@ def test_pending_writes_linger_only_once_writes_followed_them_soon(monkeypatch: 
     assert linger == 0.0
 
 
-def test_futile_lingers_back_off(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_futile_lingers_back_off() -> None:
     """A caller that writes one thing after another cannot end a linger: after a few
     futile ones, most put_writes no longer linger."""
     clock = Clock()
-    monkeypatch.setattr(writer_locks.time, "monotonic", clock)
-    lingers = Lingers(0.002)
+    lingers = Lingers(0.002, clock=clock)
     waited = []
     for _ in range(200):
         linger = lingers.wrote("t", writes=True)

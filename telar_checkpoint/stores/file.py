@@ -46,6 +46,7 @@ from telar_checkpoint.stores.file_access import (
     store_error,
 )
 from telar_checkpoint.stores.file_handle import Handle, Signature, signature_of
+from telar_checkpoint.stores.file_locks import flock_within
 from telar_checkpoint.stores.file_names import LONG_DIR, SUFFIX, decode_name, encode_name, legacy_name, names_key
 from telar_checkpoint.stores.group_commit import DeferredAppends
 
@@ -100,15 +101,23 @@ class FileStore(DeferredAppends, Store):
     kind = "file"
 
     def __init__(
-        self, directory: str | os.PathLike[str], *, mode: int = 0o600, fsync: bool = True, create: bool = True
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        mode: int = 0o600,
+        fsync: bool = True,
+        create: bool = True,
+        lock_timeout: float = 30.0,
     ) -> None:
         """`create`: make the directory when missing (False, for a command that only reads:
-        a missing directory is then a `UsageError`, and nothing is created)."""
+        a missing directory is then a `UsageError`, and nothing is created); `lock_timeout`:
+        seconds a write waits for another writer's lock on a thread (`StoreBusyError` then)."""
         self.directory = Path(directory)
         self._root = os.fspath(self.directory)
         self.mode = mode
         self.dir_mode = mode | ((mode & 0o444) >> 2)  # x wherever r: 0600 -> 0700
         self.fsync = fsync
+        self.lock_timeout = lock_timeout
         self._make_root(create)
         self._texts: OrderedDict[str, tuple[Signature, str]] = OrderedDict()  # the last texts, by thread
         self._handles: OrderedDict[str, Handle] = OrderedDict()  # by thread, most recent last
@@ -197,7 +206,7 @@ class FileStore(DeferredAppends, Store):
         with self._guard:
             handle = self._handles.get(key)
             if handle is None:
-                handle = self._handles[key] = Handle(self._root, encode_name(key), key)
+                handle = self._handles[key] = Handle(self._root, encode_name(key), key, self.lock_timeout)
                 for old_key in list(self._handles)[: max(0, len(self._handles) - FILES_KEPT)]:
                     old = self._handles[old_key]
                     if old.local.acquire(blocking=False):  # in use: keep it for now
@@ -231,7 +240,7 @@ class FileStore(DeferredAppends, Store):
         file takes (rare: a file's other writes take its own lock)."""
         fd = os.open(self._root, os.O_RDONLY | CLOEXEC)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            flock_within(fd, self.lock_timeout, key=None, path=self._root)
             yield
         finally:
             os.close(fd)

@@ -14,6 +14,7 @@ import threading
 import time
 
 from telar_checkpoint.stores.file_access import open_regular
+from telar_checkpoint.stores.file_locks import flock_within
 from telar_checkpoint.stores.group_commit import GroupCommit
 from telar_checkpoint.stores.leases import CONTENDED, LEASES
 
@@ -41,8 +42,9 @@ class Handle:
     it wrote, or the file is unlinked), and the append is taken back. `LEASES` lets go of
     the lease once idle."""
 
-    def __init__(self, root: str, relative: str, key: str) -> None:
+    def __init__(self, root: str, relative: str, key: str, lock_timeout: float) -> None:
         self.root, self.relative, self.key = root, relative, key
+        self.lock_timeout = lock_timeout  # seconds to wait for another's flock (`file_locks`)
         self.path = f"{root}/{relative}"
         self.local = threading.Lock()
         self.fd: int | None = None
@@ -56,7 +58,8 @@ class Handle:
 
     def lock(self) -> os.stat_result | None:
         """Hold ``flock`` on the file now at `path` (the local lock is held): the file's stat,
-        or None, holding nothing, when there is no file. A file replaced or removed while this
+        or None, holding nothing, when there is no file; `StoreBusyError` when another holds
+        the lock for longer than `lock_timeout`. A file replaced or removed while this
         waited (a rewrite renames a new file into place) is let go and the new one locked, so
         that every process locks the file that is there."""
         if self.st is not None:  # leased: no store can have written since (see `append`)
@@ -73,7 +76,7 @@ class Handle:
             except BlockingIOError:  # another process (or store) writes it: take turns a while
                 # (the other side finds the file changed when it next takes the lock)
                 self.contended_until = time.monotonic() + CONTENDED
-                fcntl.flock(self.fd, fcntl.LOCK_EX)
+                flock_within(self.fd, self.lock_timeout, key=self.key, path=self.path)
             try:
                 st = os.lstat(self.path)
             except FileNotFoundError:

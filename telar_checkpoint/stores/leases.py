@@ -76,8 +76,10 @@ class Leases:
                     finally:
                         self._wake.acquire()
                     now = time.monotonic()
-                if self._held:  # one in use is tried again a little later
-                    self._wake.wait(max(min(map(_due, self._held)) - now, IDLE / 4))
+                if self._held:  # one in use is tried again a little later; never later than
+                    # MAX_HOLD, whatever the clock said (a test's frozen or patched clock: a wait
+                    # computed from it once held every lease of the process for an hour)
+                    self._wake.wait(min(max(min(map(_due, self._held)) - now, IDLE / 4), MAX_HOLD))
 
     def _release_if_free(self, lease: Leased) -> None:
         """Let go of `lease` unless a writer is using it right now."""
@@ -85,9 +87,11 @@ class Leases:
             return
         try:
             lease.release()
+        except OSError:  # its descriptor is gone, and its lock with it: this thread goes on
+            pass
+        finally:
             with self._wake:
                 self._held.discard(lease)
-        finally:
             lease.local.release()
 
     def after_fork_in_child(self) -> None:
