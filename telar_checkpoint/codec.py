@@ -107,13 +107,14 @@ class CheckpointCodec:
             self._writes_of(record),
         )
 
-    def _line(self, prepared: PreparedRecord, history: History | None = None) -> CheckpointLine:
-        """The record's line; list channels that only grew since the parent stored as what they added."""
+    def _line(self, prepared: PreparedRecord, history: History | None = None) -> tuple[CheckpointLine, dict[str, bytes]]:
+        """The record's line, list channels that only grew since the parent stored as what they
+        added; and the JSON text of the whole lists compared on the way (`Entry.list_json`)."""
         record = prepared.record
         cp = record.checkpoint
         parent = history.get(record.checkpoint_ns, record.parent_id) if history and record.parent_id else None
         plain = {k: cp[k] for k in PLAIN_CHECKPOINT_KEYS if k in cp}
-        values, appended = self._values(cp.get("channel_values", {}), prepared.values, plain.get("channel_versions") or {}, parent)
+        values, appended, lists = self._values(cp.get("channel_values", {}), prepared.values, plain.get("channel_versions") or {}, parent)
         line = CheckpointLine(
             ns=record.checkpoint_ns,
             id=cp["id"],
@@ -125,12 +126,13 @@ class CheckpointCodec:
             appended=appended,
         )
         line.text = write_checkpoint(line)
-        return line
+        return line, lists
 
     def _values(
         self, channel_values: dict[str, Any], encoded: dict[str, Any], versions: dict[str, Any], parent: Entry | None
-    ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
-        """Encoded values, and the list channels that only grew since `parent` (as the items added).
+    ) -> tuple[dict[str, Any], dict[str, list[Any]], dict[str, bytes]]:
+        """Encoded values, the list channels that only grew since `parent` (as the items added),
+        and the JSON text of the lists compared with the parent's.
 
         `encoded` holds the channels encoded when the put was given (`prepare`). Another
         channel whose version is the parent's holds the parent's value: LangGraph gives a
@@ -160,9 +162,9 @@ class CheckpointCodec:
                     values[channel] = resolved  # a scalar or an empty list: as short as a reference
                 continue
             values[channel] = self.values.encode(value)
-        appended = _appended(values, parent) if parent is not None else {}
+        appended, lists = _appended(values, parent) if parent is not None else ({}, {})
         appended.update(unchanged)
-        return values, appended
+        return values, appended, lists
 
     def _writes_of(self, record: CheckpointRecord) -> list[tuple[str, int, str, Any, str]]:
         return [(w.task_id, w.idx, w.channel, self.values.encode(w.value), w.task_path) for w in record.writes]
@@ -224,10 +226,12 @@ class CheckpointCodec:
         check_max_history(max_history)
         prepared = record if isinstance(record, PreparedRecord) else self.prepare(record, _changed(record, history))
         record = prepared.record
-        line = self._line(prepared, history)
+        line, lists = self._line(prepared, history)
         keep = self.keep_finished_subgraphs
         rewrite = history.put(line, prepared.writes, keep_finished_calls=keep)
         entry = history.get(line.ns, line.id)
+        if entry is not None and entry.line is line:
+            entry._json.update(lists)
         if rewrite or history.torn is not None:
             if max_history is not None:
                 history.trim(max_history, keep)
@@ -363,26 +367,32 @@ def _run_id(entry: Entry) -> str | None:
     return run_id if isinstance(run_id, str) else None
 
 
-def _appended(values: dict[str, Any], parent: Entry) -> dict[str, list[Any]]:
-    """The list channels that only grew since `parent`: moved out of `values`, as the items added.
+def _appended(values: dict[str, Any], parent: Entry) -> tuple[dict[str, list[Any]], dict[str, bytes]]:
+    """The list channels that only grew since `parent`: moved out of `values`, as the items
+    added; and the JSON text of each list compared.
 
-    Compared as JSON text, so that a change of type (1 to 1.0 or true) is never taken for no change.
+    Compared as JSON text, so that a change of type (1 to 1.0 or true) is never taken for no
+    change. A list's text is ``[`` and its items' texts joined by ``,`` then ``]``, and an
+    item's text ends where it ends whatever follows, so the first items of `value` are the
+    parent's list exactly when its text, less the ``]``, starts `value`'s, followed by ``,``
+    or ``]``: one dump of the new list, the parent's kept from its own put (`Entry.list_json`).
     """
-    appended = {}
+    appended, lists = {}, {}
     for channel, value in values.items():
         if type(value) is not list or not value or not parent.has(channel):
             continue
         before = parent.value(channel)
-        if (
-            type(before) is list
-            and 0 < len(before) <= len(value)
-            and parent.depth(channel) < MAX_CHAIN
-            and orjson.dumps(value[: len(before)]) == orjson.dumps(before)
-        ):
+        if type(before) is not list or not 0 < len(before) <= len(value) or parent.depth(channel) >= MAX_CHAIN:
+            continue
+        text, prefix = orjson.dumps(value), parent.list_json(channel)
+        lists[channel] = text
+        parent._json.pop(channel, None)  # only the newest keeps it: memory stays O(state)
+        end = len(prefix) - 1  # where the parent's "]" is
+        if text.startswith(prefix[:end]) and text[end : end + 1] in (b",", b"]"):
             appended[channel] = value[len(before) :]
     for channel in appended:
         del values[channel]
-    return appended
+    return appended, lists
 
 
 def check_max_history(max_history: int | None) -> None:

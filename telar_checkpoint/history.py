@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orjson
+
 from telar_checkpoint.entries import Entries
 from telar_checkpoint.errors import CorruptLineError, UsageError
 from telar_checkpoint.format import (
@@ -61,6 +63,7 @@ class Entry:
     writes: dict[WriteKey, Write] = field(default_factory=dict)
     base: Entry | None = None
     _full: dict[str, Any] = field(default_factory=dict)
+    _json: dict[str, bytes] = field(default_factory=dict)  # list channel -> its whole list as JSON (a memo)
 
     def has(self, channel: str) -> bool:
         return channel in self.line.values or channel in self.line.appended
@@ -98,6 +101,14 @@ class Entry:
                 full = start
             self._full[channel] = full
         return full
+
+    def list_json(self, channel: str) -> bytes:
+        """The JSON text of the (list) value of `channel`, as `orjson.dumps` writes it; kept,
+        since the next put of the namespace compares its own list with it."""
+        text = self._json.get(channel)
+        if text is None:
+            text = self._json[channel] = orjson.dumps(self.value(channel))
+        return text
 
     def depth(self, channel: str) -> int:
         """How many lines that extend or repeat `channel` stand between this entry and its whole value."""
@@ -298,7 +309,7 @@ class History:
         entry = self.entries.get(key)
         if entry is None:
             return self.orphans.setdefault(key, {})
-        entry = self.entries[key] = Entry(entry.line, dict(entry.writes), entry.base, entry._full)
+        entry = self.entries[key] = Entry(entry.line, dict(entry.writes), entry.base, entry._full, entry._json)
         return entry.writes
 
     def _base_kept(self, entry: Entry) -> bool:
