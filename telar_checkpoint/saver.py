@@ -101,7 +101,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         self.codec = CheckpointCodec(serde, keep_finished_subgraphs=keep_finished_subgraphs)
         self._histories = VersionedHistories()
         self._writers = WriterLocks()
-        self._lingers = Lingers(WRITES_LINGER)
+        self._lingers = Lingers(WRITES_LINGER if self.store.carry_writes else 0.0)
 
     @classmethod
     def from_conn_string(cls, url: str, **options: Any) -> _SaverContext:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 from telar_checkpoint.writer_locks import Lingers, WriterLocks
 
@@ -124,3 +125,22 @@ def test_a_writer_sees_how_many_wait_for_its_turn() -> None:
         return seen
 
     assert asyncio.run(main()) == [0, 2, 1, 0]  # the first took its turn before the others came
+
+
+def test_pending_writes_linger_only_on_stores_where_carrying_them_pays(tmp_path: Path) -> None:
+    """Measured (see `Store.carry_writes`): lingering pays on Postgres only; elsewhere a
+    put_writes is written at once, whatever the gaps."""
+    from telar_checkpoint import FileStore, MemoryStore, TelarSaver
+
+    clock = Clock()
+    lingers = Lingers(0.0, clock=clock)
+    for _ in range(10):
+        clock.now += 0.0005
+        lingers.wrote("t", writes=False)
+        clock.now += 0.0003
+        assert lingers.wrote("t", writes=True) == 0.0
+    assert TelarSaver(MemoryStore())._lingers.limit == 0.0
+    assert TelarSaver(FileStore(tmp_path))._lingers.limit == 0.0
+    from telar_checkpoint.stores.postgres import PostgresStore
+
+    assert PostgresStore.carry_writes  # (a saver on it lingers up to WRITES_LINGER)

@@ -98,6 +98,7 @@ class PostgresStore(Store):
     """Histories as rows of ``{table_prefix}histories`` in `schema` (created if needed)."""
 
     kind = "postgres"
+    carry_writes = True  # a write is a round trip (see `Store.carry_writes`)
 
     def __init__(
         self,
