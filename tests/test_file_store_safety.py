@@ -150,7 +150,7 @@ def test_appends_never_write_through_a_link_to_another_stores_history(tmp_path: 
     saver = TelarSaver(store)
     put(saver, "ok", 1)
     saved = put(saver, "t", 1)
-    os.unlink(store.path("t"))  # a link planted where the thread's history was, under the writer's lease
+    os.unlink(store.path("t"))  # a link planted where the thread's history was, between two writes
     os.symlink(victim, store.path("t"))
     with pytest.raises(ForeignDataError, match=r"t\.jsonl is a symbolic link to .*victim\.jsonl"):
         put(saver, "t", 2, saved)

@@ -10,11 +10,11 @@ temporary file in ``.tmp`` that is fsynced and renamed over the old one (the
 temporary files of writers that were killed are removed by the next rewrite).
 Writers of one thread, in threads or in processes, are serialized by ``flock``
 on its history file, whose descriptor stays open (for the most recently used
-threads). A writer keeps the lock between its writes, as a lease (`leases`), so
-that a write under it is the append and an ``fstat``, which gives the new
-version and finds out whether a person or a tool that takes no lock changed the
-file meanwhile (the append is then taken back and the change made again on what
-is there). Creating or removing a file takes ``flock`` on the store's directory
+threads), for at most `lock_timeout` seconds (`file_locks`). A write under the
+lock is an ``lstat``, the append and an ``fstat``, which gives the new version
+and finds out whether a person or a tool that takes no lock changed the file
+meanwhile (the append is then taken back and the change made again on what is
+there). Creating or removing a file takes ``flock`` on the store's directory
 instead. Files and directories are created owner-only (0600 / 0700) unless
 `mode` says otherwise, and every directory created is fsynced with its parent.
 """
@@ -221,18 +221,14 @@ class FileStore(DeferredAppends, Store):
     @contextmanager
     def _locked(self, key: str) -> Iterator[tuple[Handle, os.stat_result | None]]:
         """Hold the thread's lock (a threading lock in this process, then ``flock`` on its
-        file, which stays held a while as a lease): the handle and the file's stat, None when
-        there is no file. After a failed write the ``flock`` is let go, and the next writer
-        looks at the file afresh."""
+        file): the handle and the file's stat, None when there is no file."""
         handle = self._handle(key)
         with handle.local:
             st = handle.lock()
             try:
                 yield handle, st
-            except BaseException:
+            finally:
                 handle.release()
-                raise
-            handle.done()
 
     @contextmanager
     def _creating(self) -> Iterator[None]:
@@ -348,9 +344,6 @@ class FileStore(DeferredAppends, Store):
                         ticket, signature = appended
                     self._remember(key, signature, new)  # type: ignore[arg-type]
                 else:
-                    if self._signature(encode_name(key)) != signature:  # under a lease, `st` is not a fresh look
-                        handle.forget()
-                        continue
                     signature = self._replace(key, new)
                     handle.close()  # the file it locked was replaced (which lets the lock go)
             self._sync(handle, ticket)
