@@ -263,13 +263,18 @@ def _model(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
     return build(want(record["fields"], dict, "$model"), dec)
 
 
+def _stored_class(
+    payload: Any, dec: Decode, allowlist: Allowlist, tag: str, is_kind: Callable[[type], bool], kind: str
+) -> tuple[Any, dict[str, Any]]:
+    """The class a `{"class", "fields"}` record names (None when it is not loaded: see
+    `_class`) and its fields, decoded."""
+    record = expect_keys(payload, tag, ("class", "fields"))
+    return _class(record, tag, allowlist, is_kind, kind), _fields(record, dec, tag)
+
+
 def _model_v1(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
-    record = expect_keys(payload, "$model_v1", ("class", "fields"))
-    cls = _class(record, "$model_v1", allowlist, _is_model_v1, "pydantic.v1 model")
-    fields = _fields(record, dec, "$model_v1")
-    if cls is None:
-        return fields
-    return _validated(cls, fields, "$model_v1", cls.construct)
+    cls, fields = _stored_class(payload, dec, allowlist, "$model_v1", _is_model_v1, "pydantic.v1 model")
+    return fields if cls is None else _validated(cls, fields, "$model_v1", cls.construct)
 
 
 def _is_model_v1(cls: type) -> bool:
@@ -281,9 +286,7 @@ def _is_namedtuple(cls: type) -> bool:
 
 
 def _namedtuple(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
-    record = expect_keys(payload, "$namedtuple", ("class", "fields"))
-    cls = _class(record, "$namedtuple", allowlist, _is_namedtuple, "NamedTuple")
-    fields = _fields(record, dec, "$namedtuple")
+    cls, fields = _stored_class(payload, dec, allowlist, "$namedtuple", _is_namedtuple, "NamedTuple")
     return fields if cls is None else _build(cls, lambda: cls(**fields), "$namedtuple", fields)
 
 
@@ -292,9 +295,7 @@ def _is_dataclass(cls: type) -> bool:
 
 
 def _dataclass(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
-    record = expect_keys(payload, "$dataclass", ("class", "fields"))
-    cls = _class(record, "$dataclass", allowlist, _is_dataclass, "dataclass")
-    fields = _fields(record, dec, "$dataclass")
+    cls, fields = _stored_class(payload, dec, allowlist, "$dataclass", _is_dataclass, "dataclass")
     if cls is None:
         return fields
     init_names = {field.name for field in dataclasses.fields(cls) if field.init}
