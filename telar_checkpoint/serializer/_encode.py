@@ -225,7 +225,7 @@ def _model_plan(cls: type[pydantic.BaseModel]) -> list[tuple[str, Any]]:
 
 def _model_encoder(cls: type[pydantic.BaseModel]) -> Callable[[Any], Any]:
     """The encoder of one pydantic model class, written out field by field and compiled once
-    (a loop over the fields cost a third more per message). Each field: left out when never
+    (a loop over the fields cost a fifth more: 400 agent messages 1.26 ms, against 1.05). Each field: left out when never
     set and still at its simple default (`_model_plan`); the common leaves inline, as
     `to_jsonable` would write them; anything else through `to_jsonable`."""
     name = class_name(cls)

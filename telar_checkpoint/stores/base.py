@@ -27,9 +27,10 @@ class Store(ABC):
 
     #: Whether a write costs enough (a round trip to a server) that a saver's pending writes
     #: should wait up to 2 ms for the step's put to carry them in the same write (see
-    #: `writer_locks.Lingers`). Measured on the benchmarks' agent loop (100 turns, lingering
-    #: and not interleaved, 4 runs): Postgres 1.0 to 3.1 ms an invoke faster with it; file,
-    #: SQLite and Redis within noise (-1.5 to +1.0 ms); the memory store 0.8 to 1.5 ms slower.
+    #: `writer_locks.Lingers`). Measured on the benchmarks' agent loop (100 turns, a saver that
+    #: lingers and one that does not, interleaved, 4 runs): Postgres 1.0 to 3.1 ms an invoke
+    #: faster with it; file, SQLite and Redis within noise (-1.5 to +1.0 ms); the memory store
+    #: 0.8 to 1.5 ms slower.
     carry_writes: bool = False
 
     @abstractmethod
