@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, empty_checkpoint
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, empty_checkpoint
 
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord
 

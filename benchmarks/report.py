@@ -196,7 +196,8 @@ def markdown(results: dict[str, Any]) -> str:
              _n(r["per_checkpoint"] / pg if pg and r["per_checkpoint"] else None), r["how"]]
             for name, r in storage.items()
         ]  # fmt: skip
-        lines += _table(["saver", "checkpoints", "bytes", "per checkpoint", "other view per checkpoint", "x PostgresSaver", "measured as"], rows)
+        columns = ["saver", "checkpoints", "bytes", "per checkpoint", "other view per checkpoint", "x PostgresSaver", "measured as"]
+        lines += _table(columns, rows)
 
     concurrency = results.get("concurrency", {})
     if concurrency:

@@ -74,7 +74,8 @@ def main() -> None:
         print(json.dumps(cold_read(Path(args.cold_read))))
         return
     with tempfile.TemporaryDirectory() as tmp:
-        result = {"mb": args.mb, "turns": args.turns, "max_history": args.max_history, **fill(Path(tmp), args.mb, args.turns, args.max_history)}
+        filled = fill(Path(tmp), args.mb, args.turns, args.max_history)
+        result = {"mb": args.mb, "turns": args.turns, "max_history": args.max_history, **filled}
         out = subprocess.run([sys.executable, "-m", "benchmarks.storage_bound", "--cold-read", tmp],
                              capture_output=True, text=True, timeout=600, check=True)
         result.update(json.loads(out.stdout))

@@ -137,7 +137,10 @@ def storage(contenders: list[Contender]) -> dict[str, Any]:
     for c in contenders:
         held = c.storage()
         checkpoints = sum(1 for _ in c.saver.list(thread_config("agent")))
-        per = (lambda n: round(n / checkpoints, 1) if checkpoints else None)
+
+        def per(n: int, checkpoints: int = checkpoints) -> float | None:
+            return round(n / checkpoints, 1) if checkpoints else None
+
         results[c.name] = {
             "checkpoints": checkpoints,
             "bytes": held.bytes,

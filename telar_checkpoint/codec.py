@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -23,8 +22,8 @@ from telar_checkpoint.errors import CheckpointDroppedError, UsageError
 from telar_checkpoint.format import (
     PLAIN_CHECKPOINT_KEYS,
     SAME,
-    is_same,
     CheckpointLine,
+    is_same,
     plain_metadata,
     write_checkpoint,
     write_writes,
@@ -113,7 +112,7 @@ class CheckpointCodec:
         record = prepared.record
         cp = record.checkpoint
         parent = history.get(record.checkpoint_ns, record.parent_id) if history and record.parent_id else None
-        plain = {k: cp[k] for k in PLAIN_CHECKPOINT_KEYS if k in cp}
+        plain = {k: cp[k] for k in PLAIN_CHECKPOINT_KEYS if k in cp}  # type: ignore[literal-required]
         values, appended, lists = self._values(cp.get("channel_values", {}), prepared.values, plain.get("channel_versions") or {}, parent)
         line = CheckpointLine(
             ns=record.checkpoint_ns,

@@ -19,9 +19,9 @@ from telar_checkpoint.entries import Entries
 from telar_checkpoint.errors import CorruptLineError, UsageError
 from telar_checkpoint.format import (
     CheckpointLine,
-    is_same,
     DroppedLine,
     WritesLine,
+    is_same,
     read_line,
     write_checkpoint,
     write_dropped,
@@ -112,7 +112,8 @@ class Entry:
 
     def depth(self, channel: str) -> int:
         """How many lines that extend or repeat `channel` stand between this entry and its whole value."""
-        depth, entry = 0, self
+        depth = 0
+        entry: Entry | None = self
         while entry is not None and not entry._holds(channel):
             depth, entry = depth + 1, entry.base
         return depth
@@ -128,7 +129,9 @@ class Entry:
         return Entry(line, self.writes)
 
 
-def merge_writes(target: dict[WriteKey, Write], task_id: str, path: str, writes: Iterable[tuple[int, str, Any]]) -> list[tuple[int, str, Any]]:
+def merge_writes(
+    target: dict[WriteKey, Write], task_id: str, path: str, writes: Iterable[tuple[int, str, Any]]
+) -> list[tuple[int, str, Any]]:
     """Fold writes into `target`: regular ones are idempotent, special (negative idx) ones overwrite.
 
     Returns the writes that changed something.
@@ -406,7 +409,8 @@ class History:
             parent_of = {e.line.id: e.line.parent for e in self.in_ns(ns)}
             state: dict[str, int] = {}  # 1: on the walk under way, 2: done
             for start in parent_of:
-                walk, cid = [], start
+                walk: list[str] = []
+                cid: str | None = start
                 while cid is not None and cid in parent_of and cid not in state:
                     state[cid] = 1
                     walk.append(cid)

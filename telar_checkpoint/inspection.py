@@ -177,7 +177,8 @@ def next_nodes(entry: Entry) -> list[str]:
             node = _START
         else:
             continue
-        node_seen = seen.get(node) if isinstance(seen.get(node), dict) else {}
+        found_seen = seen.get(node)
+        node_seen: dict[str, Any] = found_seen if isinstance(found_seen, dict) else {}
         if entry.has(channel) and _newer(version, node_seen.get(channel)):
             nodes.append(node)
     return nodes
@@ -194,7 +195,7 @@ def readable(codec: CheckpointCodec, stored: Any) -> Any:
 def _interrupts(codec: CheckpointCodec, entry: Entry) -> list[Any]:
     """The values of the interrupts still pending: raised by a task that has not finished since."""
     finished = {task_id for task_id, idx in entry.writes if idx >= 0}
-    found = []
+    found: list[Any] = []
     for (task_id, _idx), (channel, value, _path) in entry.writes.items():
         if channel != INTERRUPT or task_id in finished:
             continue

@@ -54,6 +54,7 @@ class ParseCache(_Recent):
         cached = self._get(thread_id)
         if cached is not None:
             old_text, history = cached
+            assert isinstance(old_text, str)  # this cache's tag is the text parsed
             if old_text is text or old_text == text:
                 return history
             if history.torn is None and old_text and text.startswith(old_text):

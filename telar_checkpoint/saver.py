@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from itertools import islice
 import threading
 from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
+from itertools import islice
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    EXCLUDED_METADATA_KEYS,
     WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
@@ -25,7 +26,6 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
     PendingWrite,
     get_checkpoint_id,
-    EXCLUDED_METADATA_KEYS,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -68,7 +68,7 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
 
-class TelarSaver(BaseCheckpointSaver[Version]):
+class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V is one of int|float|str; ours are either
     """A LangGraph checkpointer that keeps each thread as readable JSON lines in a store.
 
     `store` is a `Store`, a directory path (a `FileStore`, the directory made if
@@ -399,7 +399,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):
         thread_id, ns = _thread_and_ns(config)
         parent = get_checkpoint_id(config)
         meta = _metadata(config, metadata)
-        return thread_id, CheckpointRecord(checkpoint, meta, ns, parent)
+        return thread_id, CheckpointRecord(checkpoint, cast(CheckpointMetadata, meta), ns, parent)
 
     def _writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]]) -> tuple[str, str, str, list[tuple[int, str, Any]]]:
         thread_id, ns = _thread_and_ns(config)

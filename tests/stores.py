@@ -43,6 +43,7 @@ def postgres_problem() -> str | None:
     """Why the test PostgreSQL server cannot be used, or None when it can."""
     try:
         import psycopg
+
         from telar_checkpoint.stores.postgres import server_name
 
         with psycopg.connect(POSTGRES_URL, connect_timeout=2):

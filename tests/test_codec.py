@@ -536,7 +536,8 @@ def test_blank_lines_hold_nothing_and_are_skipped() -> None:
 def test_a_format_version_that_is_not_an_integer_is_named_as_such(version) -> None:
     line = orjson.loads(build(record(1, None, 0)))
     line["format"] = version
-    with pytest.raises(UnknownFormatError, match=rf"format version {version!r}, a {type(version).__name__}: a format version is an integer"):
+    expected = rf"format version {version!r}, a {type(version).__name__}: a format version is an integer"
+    with pytest.raises(UnknownFormatError, match=expected):
         codec.decode_history("t", orjson.dumps(line).decode() + "\n")
 
 

@@ -28,7 +28,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.stores import Store
-from tests.programs import PROGRAMS, react_agent, question
+from tests.programs import PROGRAMS, question, react_agent
 from tests.records import (
     first_difference,
     normalize_ids,

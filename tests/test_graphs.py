@@ -12,7 +12,6 @@ from tests.graphs import (
     fan_out,
     multi_step,
     nested_subgraphs,
-    normalize,
     path_to_head,
     resume,
     skip_async_interrupt_before_python_311,

@@ -218,7 +218,8 @@ async def test_re_deciding_an_old_interrupt_drops_the_old_branch(store, api) -> 
         await api.invoke(graph, {"request": "deploy", "log": []}, config())
         paused = (await api.state(graph, config())).config
         first = await api.invoke(graph, resume("yes"), config())
-        old_branch = [s.config for s in await api.history(graph, config()) if s.config["configurable"]["checkpoint_id"] > paused["configurable"]["checkpoint_id"]]
+        paused_id = paused["configurable"]["checkpoint_id"]
+        old_branch = [s.config for s in await api.history(graph, config()) if s.config["configurable"]["checkpoint_id"] > paused_id]
         second = await api.invoke(graph, resume("no"), paused)
         history = await api.history(graph, config())
         runs.append((first, second, summary(await api.state(graph, config())), history, old_branch))

@@ -27,6 +27,7 @@ import pydantic.v1
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langchain_core.agents import AgentAction, AgentFinish
 from langchain_core.documents import Document
 from langchain_core.messages import (
     AIMessage,
@@ -42,20 +43,18 @@ from langchain_core.messages import (
     ToolMessage,
     ToolMessageChunk,
 )
-from langchain_core.agents import AgentAction, AgentFinish
 from langchain_core.prompt_values import ChatPromptValue
-from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, Interrupt, Overwrite, Send, interrupt
 
-SEND_TIMEOUT = "timeout" in inspect.signature(Send).parameters  # langgraph>=1.2
-
 from telar_checkpoint.errors import SerializationError
 from telar_checkpoint.serializer import JsonSerializer
 
+SEND_TIMEOUT = "timeout" in inspect.signature(Send).parameters  # langgraph>=1.2
 
 # --- user types, as a graph's state schema would define them ---
 
@@ -283,7 +282,8 @@ CASES: dict[str, Any] = {
     "tool chunk": ToolMessageChunk("t", tool_call_id="c"), "function chunk": FunctionMessageChunk("f", name="n"),
     "ai extra kwargs": AIMessage("x", additional_kwargs={"refusal": None, "$x": 1}, custom_field=[1, 2]),
     "document": Document(page_content="text", metadata={"source": "a.txt", "page": 3}, id="d1"),
-    "agent action": AgentAction("search", {"q": 1}, "log"), "agent finish": AgentFinish({"out": 1}, "done"), "prompt value": ChatPromptValue(messages=[AI]),
+    "agent action": AgentAction("search", {"q": 1}, "log"), "agent finish": AgentFinish({"out": 1}, "done"),
+    "prompt value": ChatPromptValue(messages=[AI]),
     "enum": Color.BLUE, "nested enum": Outer.Size.LARGE, "flag": Flags.A | Flags.B,
     "dataclass": Point(1.0, -2.5), "frozen": Frozen("f", ("a", "b")),
     "init false": WithLater(2, [Point(1, 2)]), "slots": Slotted(datetime(2020, 1, 1), Frozen("z")),

@@ -25,8 +25,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from telar_checkpoint.errors import StoreError
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
-
-SCHEMA_KINDS = ["sqlite", "postgres", "redis"]  # stores with a schema version of their own
 from tests.stores import (
     LOCAL_KINDS,
     append_if_lines,
@@ -41,6 +39,7 @@ from tests.stores import (
     unavailable,
 )
 
+SCHEMA_KINDS = ["sqlite", "postgres", "redis"]  # stores with a schema version of their own
 KEYS = ["a/b", "..", "../../etc/passwd", "/abs", "nul\x00key", "new\nline", "x" * 300, "тред-é", "🧵🪡", "", " ", "%2F", "."]
 VALUES = [
     "plain",

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from telar_checkpoint.errors import SerializationError, StoreError, StoredDataError, TelarError, UsageError
+from telar_checkpoint.errors import SerializationError, StoredDataError, StoreError, TelarError, UsageError
 
 EXIT_FAILED = 1  # verify found errors, the user said no, a migration had failures
 EXIT_USAGE = 2

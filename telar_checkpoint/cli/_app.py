@@ -42,7 +42,7 @@ class _Argument(click.Argument):
 
 
 def _arguments_help(params: Sequence[click.Parameter], formatter: click.HelpFormatter) -> None:
-    rows = [(p.metavar or "", p.help) for p in params if isinstance(p, _Argument)]
+    rows = [(p.metavar or "", p.help or "") for p in params if isinstance(p, _Argument)]
     if rows:
         with formatter.section("Arguments"):
             formatter.write_dl(rows)
@@ -186,7 +186,8 @@ def build_app(version: str) -> click.Group:
                                     "THREAD_FILE.bak beside a file store's thread, else ./THREAD.bak.jsonl)"), _yes()])
     _command(app, "demo", "run a LangGraph graph that pauses at interrupt() and resumes in a new saver",
             "telar-checkpoint demo ./demo-checkpoints", manage.cmd_demo,
-            [_Argument("directory", "DIR", "where to store the files (default: a new temporary directory)", required=False)], url=False, json=False)
+            [_Argument("directory", "DIR", "where to store the files (default: a new temporary directory)",
+                       required=False)], url=False, json=False)
     _command(app, "export", "write one thread as a .jsonl file (its stored lines)",
             "telar-checkpoint export ./.telar-checkpoint my-thread -o my-thread.jsonl", moves.cmd_export,
             [_thread(), click.Option(["-o", "--output"], metavar="FILE", help="write to FILE instead of stdout"),

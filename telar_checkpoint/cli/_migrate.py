@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import types
 import sys
+import types
 
 from telar_checkpoint.cli import EXIT_FAILED, EXIT_NOT_FOUND
 from telar_checkpoint.cli._commands import opened

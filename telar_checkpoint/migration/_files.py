@@ -7,7 +7,7 @@ checkpoint per line); importing validates it with the codec before storing it.
 from __future__ import annotations
 
 from telar_checkpoint.errors import UsageError
-from telar_checkpoint.migration._migrate import _left_out, _Built, _keys_of, _parents_of
+from telar_checkpoint.migration._migrate import _Built, _keys_of, _left_out, _parents_of
 from telar_checkpoint.migration._report import ALREADY, MigrationReport
 from telar_checkpoint.migration._sources import describe
 from telar_checkpoint.saver import TelarSaver

@@ -98,7 +98,8 @@ _Builder = Callable[[dict[str, Any], Decode], Any]
 def _restore_plan(cls: type[pydantic.BaseModel]) -> _Restore:
     plan = _RESTORE.get(cls)
     if plan is None:
-        order, direct = [], True
+        order: list[tuple[str, Any, int]] = []  # (field, default, how to fill it when not stored)
+        direct = True
         for name, field in cls.model_fields.items():
             if field.default_factory is not None:
                 order.append((name, field.default_factory, _FACTORY))

@@ -136,7 +136,7 @@ def _iso_tz(tz: Any) -> bool:
         return True
     if type(tz) is not timezone:
         return False
-    args = tz.__getinitargs__()  # fromisoformat drops sub-second offsets
+    args = tz.__getinitargs__()  # type: ignore[attr-defined]  # (C method, not in typeshed); fromisoformat drops sub-second offsets
     return len(args) == 1 and args[0].microseconds == 0
 
 
@@ -155,7 +155,7 @@ def _encode_time(obj: time) -> Any:
 
 
 def _encode_timezone(obj: timezone) -> Any:
-    args = obj.__getinitargs__()
+    args = obj.__getinitargs__()  # type: ignore[attr-defined]  # (C method, not in typeshed)
     name = args[1] if len(args) > 1 else None
     return {"$timezone": {"offset": _timedelta(args[0]), "name": to_jsonable(name)}}
 

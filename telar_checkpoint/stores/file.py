@@ -412,7 +412,7 @@ class FileStore(DeferredAppends, Store):
                     self._remove(key, handle)
                 legacy = legacy_name(key)
                 legacy_st = None if legacy is None else self._lstat(legacy, key)
-                if legacy_st is not None and stat.S_ISREG(legacy_st.st_mode):
+                if legacy is not None and legacy_st is not None and stat.S_ISREG(legacy_st.st_mode):
                     with self._creating():
                         self._unlink(legacy, key)
         except OSError as exc:

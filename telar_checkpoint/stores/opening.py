@@ -58,7 +58,7 @@ def _open(url: str, *, create: bool) -> Store:
     if not create and kind in _NO_CREATE:
         store = open_store(url, create=False)
         try:
-            store.schema_version()  # connects now: a missing or foreign store is named before anything else
+            store.schema_version()  # type: ignore[attr-defined]  # (every store of _NO_CREATE has one) connects now: a missing or foreign store is named before anything else
         except BaseException:
             store.close()
             raise

@@ -58,7 +58,7 @@ COMPACT_AT = 256
 """An update that extends a value held in this many chunks or more rewrites it as one chunk."""
 
 Rows = list[tuple[Any, ...]]
-Steps = Generator[tuple[sql.Composable, tuple[Any, ...]], Rows, Any]
+Steps = Generator[tuple[sql.Composed | sql.SQL, tuple[Any, ...]], Rows, Any]
 
 
 LONG_KEY = 1024  # bytes; a longer key is indexed by its hash (b"\xff" + sha256, never UTF-8)
@@ -455,7 +455,7 @@ def _fetch(cursor: Any) -> Rows:
     return cursor.fetchall() if cursor.description else []
 
 
-def _drive(steps: Steps, execute: Callable[[sql.Composable, tuple[Any, ...]], Rows]) -> Any:
+def _drive(steps: Steps, execute: Callable[[sql.Composed | sql.SQL, tuple[Any, ...]], Rows]) -> Any:
     try:
         query, params = next(steps)
         while True:

@@ -46,7 +46,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by simulating a missing driver
     raise ImportError(f"{exc}: RedisStore needs redis; pip install 'telar-checkpoint[redis]'") from exc
 
-from telar_checkpoint.errors import StoreError, StoredDataError, UsageError
+from telar_checkpoint.errors import StoredDataError, StoreError, UsageError
 from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.event_loops import PerLoop
 
@@ -218,7 +218,8 @@ class RedisStore(Store):
             **client_options,
         }
         try:
-            self._client = redis.Redis.from_url(url, **self._options)
+            # Any: its replies are bytes (decode_responses is off), which redis-py's types cannot say
+            self._client: Any = redis.Redis.from_url(url, **self._options)
         except ValueError as exc:
             raise UsageError(f"not a Redis URL: {exc}") from exc
         # A client bound to one connection (single_connection_client), or caching replies on the

@@ -35,7 +35,7 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from telar_checkpoint.errors import NoStoreError, StoreError, StoredDataError
+from telar_checkpoint.errors import NoStoreError, StoredDataError, StoreError
 from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.group_commit import DeferredAppends, GroupCommit
 

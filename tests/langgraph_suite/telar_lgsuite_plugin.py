@@ -36,10 +36,10 @@ from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
-
-from telar_checkpoint import FileStore, TelarSaver
 from telar_lgsuite_audit import AuditSaver, current_test, findings
 from telar_lgsuite_shadow import ShadowedTelarSaver
+
+from telar_checkpoint import FileStore, TelarSaver
 
 _CHECKPOINTER_FIXTURES = ("sync_checkpointer", "async_checkpointer")
 _THEIR_VARIANT = "memory"  # the variant of theirs whose factory we replace
