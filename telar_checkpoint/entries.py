@@ -59,7 +59,7 @@ class Entries(MutableMapping[K, V], Generic[K, V]):
             raise KeyError(key)
         return self._sealed[key]
 
-    def get(self, key: K, default: Any = None) -> V | None:  # type: ignore[override]
+    def get(self, key: K, default: Any = None) -> V | None:  # type: ignore[override]  # one signature for Mapping.get's overloads
         value = self._recent.get(key, _MISSING)
         if value is not _MISSING:
             return value
