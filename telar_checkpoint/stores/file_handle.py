@@ -61,10 +61,7 @@ class Handle:
                 except FileNotFoundError:
                     return None
                 self.ino = opened.st_ino
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # another process (or store) writes it
-                flock_within(self.fd, self.lock_timeout, key=self.key, path=self.path)
+            flock_within(self.fd, self.lock_timeout, key=self.key, path=self.path)  # at once when free
             try:
                 st = os.lstat(self.path)
             except FileNotFoundError:
