@@ -108,7 +108,7 @@ class CheckpointCodec:
 
     def _line(self, prepared: PreparedRecord, history: History | None = None) -> tuple[CheckpointLine, dict[str, bytes]]:
         """The record's line, list channels that only grew since the parent stored as what they
-        added; and the JSON text of the whole lists compared on the way (`Entry.list_json`)."""
+        added; and the JSON text of the whole lists compared on the way (`Entry.take_list_json`)."""
         record = prepared.record
         cp = record.checkpoint
         parent = history.get(record.checkpoint_ns, record.parent_id) if history and record.parent_id else None
@@ -230,7 +230,7 @@ class CheckpointCodec:
         rewrite = history.put(line, prepared.writes, keep_finished_calls=keep)
         entry = history.get(line.ns, line.id)
         if entry is not None and entry.line is line:
-            entry._json.update(lists)
+            entry.keep_list_json(lists)
         if rewrite or history.torn is not None:
             if max_history is not None:
                 history.trim(max_history, keep)
@@ -374,7 +374,7 @@ def _appended(values: dict[str, Any], parent: Entry) -> tuple[dict[str, list[Any
     change. A list's text is ``[`` and its items' texts joined by ``,`` then ``]``, and an
     item's text ends where it ends whatever follows, so the first items of `value` are the
     parent's list exactly when its text, less the ``]``, starts `value`'s, followed by ``,``
-    or ``]``: one dump of the new list, the parent's kept from its own put (`Entry.list_json`).
+    or ``]``: one dump of the new list, the parent's kept from its own put (`Entry.take_list_json`).
     """
     appended, lists = {}, {}
     for channel, value in values.items():
@@ -383,9 +383,8 @@ def _appended(values: dict[str, Any], parent: Entry) -> tuple[dict[str, list[Any
         before = parent.value(channel)
         if type(before) is not list or not 0 < len(before) <= len(value) or parent.depth(channel) >= MAX_CHAIN:
             continue
-        text, prefix = orjson.dumps(value), parent.list_json(channel)
+        text, prefix = orjson.dumps(value), parent.take_list_json(channel)
         lists[channel] = text
-        parent._json.pop(channel, None)  # only the newest keeps it: memory stays O(state)
         end = len(prefix) - 1  # where the parent's "]" is
         if text.startswith(prefix[:end]) and text[end : end + 1] in (b",", b"]"):
             appended[channel] = value[len(before) :]

@@ -102,13 +102,17 @@ class Entry:
             self._full[channel] = full
         return full
 
-    def list_json(self, channel: str) -> bytes:
-        """The JSON text of the (list) value of `channel`, as `orjson.dumps` writes it; kept,
-        since the next put of the namespace compares its own list with it."""
-        text = self._json.get(channel)
-        if text is None:
-            text = self._json[channel] = orjson.dumps(self.value(channel))
-        return text
+    def take_list_json(self, channel: str) -> bytes:
+        """The JSON text of the (list) value of `channel`, as `orjson.dumps` writes it: the one
+        kept by `keep_list_json`, handed over (only the newest entry keeps it, so memory stays
+        O(state)), or made now."""
+        text = self._json.pop(channel, None)
+        return orjson.dumps(self.value(channel)) if text is None else text
+
+    def keep_list_json(self, texts: dict[str, bytes]) -> None:
+        """Keep the JSON text of list channels (made by the put that wrote this entry) for the
+        next put of the namespace, which compares its own lists with them."""
+        self._json.update(texts)
 
     def depth(self, channel: str) -> int:
         """How many lines that extend or repeat `channel` stand between this entry and its whole value."""
