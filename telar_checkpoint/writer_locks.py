@@ -201,6 +201,8 @@ class Lingers:
 
     def wrote(self, thread_id: str, *, writes: bool) -> float:
         """Record a write of `thread_id`; for pending writes, how long to linger."""
+        if not self.limit:  # a store where lingering does not pay (`Store.carry_writes`): nothing to learn
+            return 0.0
         i, now = stripe(thread_id, len(self._last)), self._clock()
         if self._last[i]:
             gap = now - self._last[i]
