@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator
 
 Change = Callable[[str | None], str | None]
 """A pure function from the stored value (None: absent) to the new one (None: delete)."""
@@ -91,6 +91,41 @@ class Store(ABC):
         """Leftovers of writes that were killed midway, which the store removes in time (for `verify`)."""
         return []
 
+    # Optional: an index of terms, so that operations across threads (`list(None, filter=...)`,
+    # `delete_for_runs`) cost what they find, not how many keys are stored. A term is a short
+    # string (a run id, a metadata value: see `telar_checkpoint.terms`). The saver records a
+    # key's terms before it writes lines that hold them, so the index may hold more than the
+    # values do (a write that failed after, a term removed since) but never less; every key it
+    # gives is checked against its value. A store whose index is not ready (written by a release
+    # without one) has it rebuilt by the saver before use.
+
+    #: Whether the store keeps an index (`index`, `indexed`, `index_ready`); without one, the
+    #: saver scans every key.
+    indexes: bool = False
+
+    def index(self, key: str, terms: Collection[str]) -> None:
+        """Record `terms` for `key`, durably before any write of `key` made after this returns."""
+
+    def unindex(self, key: str, terms: Collection[str]) -> None:
+        """Forget `terms` for `key` (nothing happens for a term not recorded)."""
+
+    def indexed(self, term: str) -> list[str]:
+        """The keys recorded under `term`, in code point order (a superset of those holding it)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no index")
+
+    def index_ready(self) -> bool:
+        """Whether every value stored has its terms recorded (False: rebuild before use)."""
+        return False
+
+    def set_index_ready(self) -> None:
+        """Note that the index now covers every value stored."""
+
+    def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
+        """Keys in code point order, those after `after` only, at most `limit` of them (the
+        default sorts `keys()`; a store that keeps its keys ordered reads just those asked for)."""
+        chosen = sorted(k for k in self.keys() if after is None or k > after)
+        return chosen if limit is None else chosen[:limit]
+
     def write(self, key: str, value: str) -> None:
         """Store `value` for `key`, replacing what was there."""
         self.update(key, lambda _old: value)
@@ -138,6 +173,27 @@ class Store(ABC):
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
+
+    async def aindex(self, key: str, terms: Collection[str]) -> None:
+        if self.indexes:
+            await asyncio.to_thread(self.index, key, terms)
+
+    async def aunindex(self, key: str, terms: Collection[str]) -> None:
+        if self.indexes:
+            await asyncio.to_thread(self.unindex, key, terms)
+
+    async def aindexed(self, term: str) -> list[str]:
+        return await asyncio.to_thread(self.indexed, term)
+
+    async def aindex_ready(self) -> bool:
+        return await asyncio.to_thread(self.index_ready) if self.indexes else False
+
+    async def aset_index_ready(self) -> None:
+        if self.indexes:
+            await asyncio.to_thread(self.set_index_ready)
+
+    async def asorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
+        return await asyncio.to_thread(self.sorted_keys, after, limit)
 
     def __enter__(self) -> Store:
         return self
