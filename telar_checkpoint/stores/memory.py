@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
-from collections.abc import Hashable, Iterator
+from collections.abc import Collection, Hashable, Iterator
 
 from telar_checkpoint.stores.base import Change, Store
 
@@ -16,10 +17,14 @@ class MemoryStore(Store):
     """
 
     kind = "memory"
+    indexes = True
 
     def __init__(self) -> None:
         self._data: dict[str, list[str]] = {}
         self._versions: dict[str, int] = {}
+        self._sorted: list[str] = []  # the keys, in order (kept by bisect as keys come and go)
+        self._terms: dict[str, set[str]] = {}  # term -> keys
+        self._terms_of: dict[str, set[str]] = {}  # key -> its terms
         self._clock = 0
         self._lock = threading.Lock()
 
@@ -38,9 +43,13 @@ class MemoryStore(Store):
     def _set(self, key: str, value: str | None) -> int:
         self._clock += 1
         if value is None:
-            self._data.pop(key, None)
+            if self._data.pop(key, None) is not None:
+                del self._sorted[bisect.bisect_left(self._sorted, key)]
             self._versions.pop(key, None)
+            self._unindex(key, self._terms_of.pop(key, ()))
         else:
+            if key not in self._data:
+                bisect.insort(self._sorted, key)
             self._data[key] = [value]
             self._versions[key] = self._clock
         return self._clock
@@ -73,6 +82,38 @@ class MemoryStore(Store):
     def keys(self) -> Iterator[str]:
         return iter(list(self._data))
 
+    def index(self, key: str, terms: Collection[str]) -> None:
+        with self._lock:
+            for term in terms:
+                self._terms.setdefault(term, set()).add(key)
+            self._terms_of.setdefault(key, set()).update(terms)
+
+    def unindex(self, key: str, terms: Collection[str]) -> None:
+        with self._lock:
+            self._unindex(key, terms)
+            if key in self._terms_of:
+                self._terms_of[key].difference_update(terms)
+
+    def _unindex(self, key: str, terms: Collection[str]) -> None:
+        for term in terms:
+            keys = self._terms.get(term)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._terms[term]
+
+    def indexed(self, term: str) -> list[str]:
+        with self._lock:
+            return sorted(self._terms.get(term, ()))
+
+    def index_ready(self) -> bool:
+        return True
+
+    def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
+        with self._lock:
+            start = 0 if after is None else bisect.bisect_right(self._sorted, after)
+            return self._sorted[start : None if limit is None else start + max(limit, 0)]
+
     async def aread(self, key: str) -> str | None:
         return self.read(key)
 
@@ -93,3 +134,18 @@ class MemoryStore(Store):
 
     async def aappend_if(self, key: str, suffix: str, version: Hashable) -> int | None:
         return self.append_if(key, suffix, version)
+
+    async def aindex(self, key: str, terms: Collection[str]) -> None:
+        self.index(key, terms)
+
+    async def aunindex(self, key: str, terms: Collection[str]) -> None:
+        self.unindex(key, terms)
+
+    async def aindexed(self, term: str) -> list[str]:
+        return self.indexed(term)
+
+    async def aindex_ready(self) -> bool:
+        return True
+
+    async def asorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
+        return self.sorted_keys(after, limit)

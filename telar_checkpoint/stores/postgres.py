@@ -21,7 +21,14 @@ when the version moved: the history is never rewritten (nor left behind as a
 dead row) for an append. An update upserts and so locks the thread row (a new
 key is locked too), and appends a chunk, or replaces the chunks by one (which
 also compacts a value of many chunks). A store of schema 1 (one row per
-thread) is migrated when first opened.
+thread) or 2 (no index) is migrated when first opened.
+
+The index (see `Store.index`) is ``{prefix}terms``, a row per term and key; a
+term recorded commits before the write it describes, so a durable write never
+has its terms lost. Deleting a thread deletes its terms in the same transaction.
+``{prefix}meta`` holds ``index = ready`` once the index covers every thread.
+Keys are listed in the order of their bytes, which is code point order, but for
+keys of more than `LONG_KEY` bytes, which sort by their hash.
 
 Each operation is written once as a generator of ``(query, params)`` steps
 that receives each step's rows; a sync and an async driver run it. The
@@ -35,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Generator, Hashable, Iterator
+from collections.abc import Callable, Collection, Generator, Hashable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -51,8 +58,9 @@ from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.event_loops import INHERITED, PerLoop
 from telar_checkpoint.stores.postgres_connections import AsyncConnections, Connections
 
-SCHEMA_VERSION = 2
-"""The layout of our tables; 1 is migrated, a database recording a newer one is refused."""
+SCHEMA_VERSION = 3
+"""The layout of our tables; 1 and 2 are migrated, a database recording a newer one is refused
+(3 added the index, which a release without it would leave behind when it writes)."""
 
 COMPACT_AT = 256
 """An update that extends a value held in this many chunks or more rewrites it as one chunk."""
@@ -157,8 +165,11 @@ class PostgresStore(Store):
     # Operations, each written once as steps
 
     def _setup_steps(self) -> Steps:
+        fresh = False
         if self.create:
             yield self._sql.advisory_lock, (self._sql.lock_name,)
+            rows = yield self._sql.terms_exist, ()
+            fresh = not rows[0][0]
             for statement in self._sql.setup:
                 yield statement, ()
             rows = yield self._sql.v1_table, ()
@@ -172,9 +183,13 @@ class PostgresStore(Store):
                 f"PostgreSQL server at {self.server}: the store tables have schema version {version}, "
                 f"newer than this telar-checkpoint knows ({SCHEMA_VERSION}); upgrade telar-checkpoint"
             )
-        if version < SCHEMA_VERSION:  # 1: one row per thread in {prefix}histories
-            for statement in self._sql.migrate_v1:
+        if self.create and version < SCHEMA_VERSION:  # 1: one row per thread in {prefix}histories; 2: no index
+            for statement in (self._sql.migrate_v1 if version == 1 else []) + [self._sql.to_current]:
                 yield statement, ()
+        if fresh:
+            rows = yield self._sql.any_thread, ()
+            if not rows[0][0]:  # a new store: nothing to index
+                yield self._sql.set_index_ready, ()
         return SCHEMA_VERSION
 
     def _existing_steps(self) -> Steps:
@@ -205,6 +220,7 @@ class PostgresStore(Store):
         if new is None:
             yield self._sql.delete_chunks, (raw_key,)
             yield self._sql.delete_thread, (raw_key,)
+            yield self._sql.drop_terms, (raw_key,)
             return None, None
         if new == old:
             return new, version
@@ -226,6 +242,26 @@ class PostgresStore(Store):
         yield self._sql.lock_thread, (raw_key, _full_key(key))
         yield self._sql.delete_chunks, (raw_key,)
         yield self._sql.delete_thread, (raw_key,)
+        yield self._sql.drop_terms, (raw_key,)
+
+    def _index_steps(self, key: str, terms: Collection[str], add: bool) -> Steps:
+        raw_key, raw_terms = _key(key), [_term(term) for term in terms]
+        yield (self._sql.add_terms, (raw_terms, raw_key, _full_key(key))) if add else (self._sql.drop_some_terms, (raw_key, raw_terms))
+
+    def _indexed_steps(self, term: str) -> Steps:
+        rows = yield self._sql.indexed, (_term(term),)
+        return _decoded([bytes(row[0]) for row in rows])
+
+    def _index_ready_steps(self) -> Steps:
+        rows = yield self._sql.index_ready, ()
+        return bool(rows)
+
+    def _set_index_ready_steps(self) -> Steps:
+        yield self._sql.set_index_ready, ()
+
+    def _sorted_keys_steps(self, after: str | None, limit: int | None) -> Steps:
+        rows = yield self._sql.sorted_keys, (b"" if after is None else _key(after), after is None, limit)
+        return _decoded([bytes(row[0]) for row in rows])
 
     def _keys_steps(self) -> Steps:
         rows = yield self._sql.keys, ()
@@ -362,6 +398,44 @@ class PostgresStore(Store):
         """The schema version recorded in the store's meta table."""
         return self._run(self._version_steps())
 
+    indexes = True
+
+    def index(self, key: str, terms: Collection[str]) -> None:
+        self._run(self._index_steps(key, terms, add=True))
+
+    def unindex(self, key: str, terms: Collection[str]) -> None:
+        self._run(self._index_steps(key, terms, add=False))
+
+    def indexed(self, term: str) -> list[str]:
+        return self._run(self._indexed_steps(term))
+
+    def index_ready(self) -> bool:
+        return self._run(self._index_ready_steps())
+
+    def set_index_ready(self) -> None:
+        self._run(self._set_index_ready_steps())
+
+    def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
+        return self._run(self._sorted_keys_steps(after, limit))
+
+    async def aindex(self, key: str, terms: Collection[str]) -> None:
+        await self._arun(self._index_steps(key, terms, add=True))
+
+    async def aunindex(self, key: str, terms: Collection[str]) -> None:
+        await self._arun(self._index_steps(key, terms, add=False))
+
+    async def aindexed(self, term: str) -> list[str]:
+        return await self._arun(self._indexed_steps(term))
+
+    async def aindex_ready(self) -> bool:
+        return await self._arun(self._index_ready_steps())
+
+    async def aset_index_ready(self) -> None:
+        await self._arun(self._set_index_ready_steps())
+
+    async def asorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
+        return await self._arun(self._sorted_keys_steps(after, limit))
+
     async def aread(self, key: str) -> str | None:
         rows = await self._aone("read", (_key(key),))
         return "".join([row[0] for row in rows]) if rows else None
@@ -397,6 +471,7 @@ class _Queries:
             return sql.Identifier(schema, prefix + table) if schema else sql.Identifier(prefix + table)
 
         meta, threads, chunks, versions = name("meta"), name("threads"), name("chunks"), name("versions")
+        terms = name("terms")
         v1 = name("histories")
         self.lock_name = f"telar-checkpoint setup {schema or ''}.{prefix}"
         self.advisory_lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtext(%s))")
@@ -412,7 +487,24 @@ class _Queries:
                 "CREATE TABLE IF NOT EXISTS {} (key bytea NOT NULL, seq bigint NOT NULL, value text NOT NULL, "
                 "PRIMARY KEY (key, seq))"
             ).format(chunks),
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (term bytea NOT NULL, key bytea NOT NULL, full_key bytea, PRIMARY KEY (term, key))"
+            ).format(terms),
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (key)").format(sql.Identifier(prefix + "terms_key"), terms),
         ]
+        self.terms_exist = sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(sql.Literal(terms.as_string(None)))
+        self.any_thread = sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(threads)
+        self.index_ready = sql.SQL("SELECT 1 FROM {} WHERE name = 'index' AND value = 'ready'").format(meta)
+        self.set_index_ready = sql.SQL(
+            "INSERT INTO {} VALUES ('index', 'ready') ON CONFLICT (name) DO UPDATE SET value = 'ready'"
+        ).format(meta)
+        self.add_terms = sql.SQL("INSERT INTO {} SELECT unnest(%s::bytea[]), %s, %s ON CONFLICT DO NOTHING").format(terms)
+        self.drop_some_terms = sql.SQL("DELETE FROM {} WHERE key = %s AND term = ANY(%s::bytea[])").format(terms)
+        self.drop_terms = sql.SQL("DELETE FROM {} WHERE key = %s").format(terms)
+        self.indexed = sql.SQL("SELECT coalesce(full_key, key) FROM {} WHERE term = %s ORDER BY key").format(terms)
+        self.sorted_keys = sql.SQL(
+            "SELECT coalesce(full_key, key) FROM {} WHERE version <> 0 AND (key > %s OR %s) ORDER BY key LIMIT %s"
+        ).format(threads)
         record = "INSERT INTO {} VALUES ('schema_version', {}) ON CONFLICT DO NOTHING"
         self.meta_exists = sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(sql.Literal(meta.as_string(None)))
         self.tables = sql.SQL(
@@ -427,10 +519,10 @@ class _Queries:
             ),
             sql.SQL("INSERT INTO {} SELECT key, version, value FROM {} JOIN {} USING (key)").format(chunks, threads, v1),
             sql.SQL("DROP TABLE {}").format(v1),
-            sql.SQL("UPDATE {} SET value = {} WHERE name = 'schema_version'").format(
-                meta, sql.Literal(str(SCHEMA_VERSION))
-            ),
         ]
+        self.to_current = sql.SQL("UPDATE {} SET value = {} WHERE name = 'schema_version'").format(
+            meta, sql.Literal(str(SCHEMA_VERSION))
+        )
         self.version = sql.SQL("SELECT value FROM {} WHERE name = 'schema_version'").format(meta)
         self.read = sql.SQL("SELECT value FROM {} WHERE key = %s ORDER BY seq").format(chunks)
         self.thread_version = sql.SQL("SELECT version FROM {} WHERE key = %s").format(threads)
@@ -472,6 +564,10 @@ async def _adrive(steps: Steps, conn: psycopg.AsyncConnection[Any]) -> Any:
             query, params = steps.send(await cursor.fetchall() if cursor.description else [])
     except StopIteration as stop:
         return stop.value
+
+
+def _term(term: str) -> bytes:
+    return term.encode("utf-8", "surrogatepass")
 
 
 def _decode_key(raw: bytes) -> str | None:

@@ -20,8 +20,15 @@ the largest ``seq`` of a key is its version. Appending inserts one row (the
 stored history is never rewritten for an append); any other change replaces
 the key's rows by one, and an update that extends a value of many chunks
 compacts them into one. The tables carry a schema version of their own in
-``telar_meta``; a database of schema 1 (one row per thread) is migrated when
-first opened.
+``telar_meta``; a database of schema 1 (one row per thread) or 2 (no index) is
+migrated when first opened.
+
+The index (see `Store.index`) is ``telar_terms``, a row per term and key, in
+the same database: a term recorded commits before the write it describes, and
+the WAL is synced in commit order, so a durable write never has its terms lost.
+Deleting a key deletes its terms in the same transaction. ``telar_meta`` holds
+``index = ready`` once the index covers every value (at once for a new
+database; after the saver's rebuild for one that schema 2 wrote).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Hashable, Iterator
+from collections.abc import Collection, Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,8 +46,9 @@ from telar_checkpoint.errors import NoStoreError, StoredDataError, StoreError
 from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.group_commit import DeferredAppends, GroupCommit
 
-SCHEMA_VERSION = 2
-"""The layout of our tables; 1 is migrated, a database recording a newer one is refused."""
+SCHEMA_VERSION = 3
+"""The layout of our tables; 1 and 2 are migrated, a database recording a newer one is refused
+(3 added the index, which a release without it would leave behind when it writes)."""
 
 COMPACT_AT = 256
 """An update that extends a value held in this many chunks or more rewrites it as one chunk."""
@@ -51,14 +59,25 @@ _SETUP = (
     "CREATE TABLE IF NOT EXISTS telar_chunks "
     "(seq INTEGER PRIMARY KEY AUTOINCREMENT, key BLOB NOT NULL, value TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS telar_chunks_key ON telar_chunks (key, seq)",
+    "CREATE TABLE IF NOT EXISTS telar_terms (term BLOB NOT NULL, key BLOB NOT NULL, PRIMARY KEY (term, key)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS telar_terms_key ON telar_terms (key)",
 )
+_INDEX_READY = "SELECT 1 FROM telar_meta WHERE name = 'index' AND value = 'ready'"
+_SET_INDEX_READY = "INSERT OR REPLACE INTO telar_meta (name, value) VALUES ('index', 'ready')"
+_EMPTY = "SELECT NOT EXISTS (SELECT 1 FROM telar_chunks)"
+_ADD_TERM = "INSERT OR IGNORE INTO telar_terms (term, key) VALUES (?, ?)"
+_DROP_TERM = "DELETE FROM telar_terms WHERE term = ? AND key = ?"
+_DROP_TERMS = "DELETE FROM telar_terms WHERE key = ?"
+_INDEXED = "SELECT key FROM telar_terms WHERE term = ? ORDER BY key"
+_SORTED_KEYS = "SELECT DISTINCT key FROM telar_chunks WHERE key >= ? ORDER BY key LIMIT ?"
 _RECORD_VERSION = f"INSERT OR IGNORE INTO telar_meta (name, value) VALUES ('schema_version', '{SCHEMA_VERSION}')"
 _V1_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'telar_histories'"
 _MIGRATE_V1 = (
     "INSERT INTO telar_chunks (key, value) SELECT key, value FROM telar_histories ORDER BY rowid",
     "DROP TABLE telar_histories",
-    f"UPDATE telar_meta SET value = '{SCHEMA_VERSION}' WHERE name = 'schema_version'",
 )
+_TO_CURRENT = (f"UPDATE telar_meta SET value = '{SCHEMA_VERSION}' WHERE name = 'schema_version'",)
+_V3_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'telar_terms'"
 _RECORD_V1 = "INSERT OR IGNORE INTO telar_meta (name, value) VALUES ('schema_version', '1')"
 _VERSION = "SELECT value FROM telar_meta WHERE name = 'schema_version'"
 _READ = "SELECT seq, value FROM telar_chunks WHERE key = ? ORDER BY seq"
@@ -220,12 +239,12 @@ class SQLiteStore(DeferredAppends, Store):
                 conn.execute(_SETUP[0])
                 conn.execute(_RECORD_VERSION if conn.execute(_V1_TABLE).fetchone() is None else _RECORD_V1)
                 version = int(conn.execute(_VERSION).fetchone()[0])
-                if version < SCHEMA_VERSION:  # 1: one row per thread in telar_histories
-                    for statement in _SETUP[1:] + _MIGRATE_V1:
+                if version <= SCHEMA_VERSION:  # 1: one row per thread in telar_histories; 2: no index
+                    fresh = version == SCHEMA_VERSION and conn.execute(_V3_TABLE).fetchone() is None
+                    for statement in _SETUP[1:] + (_MIGRATE_V1 if version == 1 else ()) + _TO_CURRENT:
                         conn.execute(statement)
-                elif version == SCHEMA_VERSION:
-                    for statement in _SETUP[1:]:
-                        conn.execute(statement)
+                    if fresh and conn.execute(_EMPTY).fetchone()[0]:  # a new database: nothing to index
+                        conn.execute(_SET_INDEX_READY)
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"SQLite database {self.path} has store schema version {version}, newer than this "
@@ -352,6 +371,7 @@ class SQLiteStore(DeferredAppends, Store):
                 if new is None:
                     if old is not None:
                         conn.execute(_DELETE, (raw_key,))
+                        conn.execute(_DROP_TERMS, (raw_key,))
                     return None, None
                 if new == old:
                     return new, version
@@ -362,19 +382,57 @@ class SQLiteStore(DeferredAppends, Store):
                 return new, conn.execute(_INSERT, (raw_key, _encode(new))).lastrowid
 
     def delete(self, key: str) -> None:
-        with self._commit() as conn:
+        with self._commit() as conn, self._transaction(conn):
             conn.execute(_DELETE, (_encode(key),))
+            conn.execute(_DROP_TERMS, (_encode(key),))
+
+    # The index (see the module docs)
+
+    indexes = True
+
+    def index(self, key: str, terms: Collection[str]) -> None:
+        raw_key = _encode(key)
+        with self._index_commit() as conn:
+            conn.executemany(_ADD_TERM, [(_encode(term), raw_key) for term in terms])
+
+    def unindex(self, key: str, terms: Collection[str]) -> None:
+        raw_key = _encode(key)
+        with self._index_commit() as conn:
+            conn.executemany(_DROP_TERM, [(_encode(term), raw_key) for term in terms])
+
+    def indexed(self, term: str) -> list[str]:
+        with self._connection() as conn:
+            return _decoded_keys(conn.execute(_INDEXED, (_encode(term),)).fetchall())
+
+    def index_ready(self) -> bool:
+        with self._connection() as conn:
+            return conn.execute(_INDEX_READY).fetchone() is not None
+
+    def set_index_ready(self) -> None:
+        with self._commit() as conn:
+            conn.execute(_SET_INDEX_READY)
+
+    def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
+        query, start = (_SORTED_KEYS, b"") if after is None else (_SORTED_KEYS.replace(">=", ">"), _encode(after))
+        with self._connection() as conn:
+            rows = conn.execute(query, (start, -1 if limit is None else limit)).fetchall()
+        return _decoded_keys(rows)
+
+    @contextmanager
+    def _index_commit(self) -> Iterator[_Connection]:
+        """A transaction on the index: committed without a sync of its own, as the write it
+        describes syncs the WAL, and with it every commit before (see the module docs)."""
+        with self._connection() as conn:
+            conn.use("NORMAL")
+            with self._transaction(conn):
+                yield conn
 
     def _raw_keys(self) -> list[bytes]:
         with self._connection() as conn:
             return [row[0] for row in conn.execute(_KEYS)]
 
     def keys(self) -> Iterator[str]:
-        for raw in self._raw_keys():
-            try:
-                yield raw.decode("utf-8", "surrogatepass")
-            except UnicodeDecodeError:
-                continue
+        return iter(_decoded_keys([(raw,) for raw in self._raw_keys()]))
 
     def foreign(self) -> list[str]:
         """Rows whose key is not UTF-8 text (so not written by us), shown as hex."""
@@ -402,6 +460,17 @@ def _note_writes_under_way() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_note_writes_under_way)
+
+
+def _decoded_keys(rows: list[tuple[bytes]]) -> list[str]:
+    """The keys in `rows` that are UTF-8 text (another tool's rows are not ours to list)."""
+    keys = []
+    for (raw,) in rows:
+        try:
+            keys.append(raw.decode("utf-8", "surrogatepass"))
+        except UnicodeDecodeError:
+            continue
+    return keys
 
 
 def _joined(rows: list[tuple[int, bytes]], key: str) -> tuple[str | None, int | None]:
