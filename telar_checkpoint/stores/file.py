@@ -17,6 +17,7 @@ meanwhile (the append is then taken back and the change made again on what is
 there). Creating or removing a file takes ``flock`` on the store's directory
 instead. Files and directories are created owner-only (0600 / 0700) unless
 `mode` says otherwise, and every directory created is fsynced with its parent.
+The store's index is an SQLite database in ``.index`` (`file_index`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Collection, Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -46,6 +47,7 @@ from telar_checkpoint.stores.file_access import (
     store_error,
 )
 from telar_checkpoint.stores.file_handle import Handle, Signature, signature_of
+from telar_checkpoint.stores.file_index import INDEX_DIR, FileIndex
 from telar_checkpoint.stores.file_locks import flock_within
 from telar_checkpoint.stores.file_names import LONG_DIR, SUFFIX, decode_name, encode_name, legacy_name, names_key
 from telar_checkpoint.stores.group_commit import DeferredAppends
@@ -119,6 +121,8 @@ class FileStore(DeferredAppends, Store):
         self.fsync = fsync
         self.lock_timeout = lock_timeout
         self._make_root(create)
+        self.create = create
+        self._index: FileIndex | None = None
         self._texts: OrderedDict[str, tuple[Signature, str]] = OrderedDict()  # the last texts, by thread
         self._handles: OrderedDict[str, Handle] = OrderedDict()  # by thread, most recent last
         self._guard = threading.Lock()
@@ -364,6 +368,7 @@ class FileStore(DeferredAppends, Store):
             new = change(None)
             if new is None:
                 return None, None
+            self._index_db().add_key(key)  # before the file: the index never lists fewer threads
             return new, self._replace(key, new)
 
     def _move(self, key: str, source: str, target: str) -> None:
@@ -425,6 +430,7 @@ class FileStore(DeferredAppends, Store):
             self._unlink(relative, key)
             if relative.startswith(f"{LONG_DIR}/"):
                 self._unlink(_key_file(relative), key)
+            self._index_db().forget_key(key)
         handle.close()
 
     def _unlink(self, relative: str, key: str) -> None:
@@ -596,6 +602,54 @@ class FileStore(DeferredAppends, Store):
             for handle in self._handles.values():
                 with handle.local:
                     handle.close()
+        if self._index is not None:
+            self._index.close()
+
+    # The index (see `file_index`)
+
+    indexes = True
+
+    def _index_db(self) -> FileIndex:
+        """The index database, made on first use (not ready when the directory holds histories)."""
+        if self._index is None:
+            with self._guard:
+                if self._index is None:
+                    if not self.create and not os.path.exists(os.path.join(self._root, INDEX_DIR)):
+                        raise UsageError(f"{self._root} has no index, and this store may not create one (create=False)")
+                    index = FileIndex(self._root, mode=self.mode, fsync=self.fsync, timeout=self.lock_timeout)
+                    if index.new and any(key is not None for _relative, key in self._entries()):
+                        index.not_ready()
+                    self._index = index
+        return self._index
+
+    def index(self, key: str, terms: Collection[str]) -> None:
+        self._index_db().index(key, terms)
+
+    def unindex(self, key: str, terms: Collection[str]) -> None:
+        self._index_db().unindex(key, terms)
+
+    def indexed(self, term: str) -> list[str]:
+        return self._index_db().indexed(term)
+
+    def index_ready(self) -> bool:
+        return self._index_db().index_ready()
+
+    def set_index_ready(self) -> None:
+        """Record every thread's key (a rebuild has recorded their terms), then note it ready."""
+        index = self._index_db()
+        index.add_keys(self.keys())
+        index.set_index_ready()
+
+    def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
+        """The index's keys whose file is there (a key is recorded just before its file is made)."""
+        found: list[str] = []
+        while limit is None or len(found) < limit:
+            page = self._index_db().sorted_keys(after, None if limit is None else limit - len(found))
+            found += [key for key in page if self._locate(key) is not None]
+            if limit is None or not page:
+                break
+            after = page[-1]
+        return found
 
     def _entries(self) -> Iterator[tuple[str, str | None]]:
         """Every entry under the directory but ``.tmp``: its relative path, and the key it holds,
@@ -613,7 +667,7 @@ class FileStore(DeferredAppends, Store):
             for entry in entries:
                 relative = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
                 if entry.is_dir(follow_symlinks=False):
-                    if relative == _TMP:
+                    if relative in (_TMP, INDEX_DIR):
                         continue
                     if entry.name.endswith(SUFFIX):  # a directory where a history would be
                         yield relative, None
