@@ -30,12 +30,13 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord, check_max_history
-from telar_checkpoint.errors import UsageError
+from telar_checkpoint.errors import TelarError, UsageError
 from telar_checkpoint.history import Entry, History
 from telar_checkpoint.parse_cache import VersionedHistories
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.file import FileStore
+from telar_checkpoint.terms import filter_terms, history_terms, metadata_terms, run_term
 from telar_checkpoint.writer_locks import AsyncTurns, Batch, Lingers, Turns, WriterLocks, carrying
 
 DEFAULT_DIRECTORY = ".telar-checkpoint"
@@ -43,6 +44,8 @@ DEFAULT_DIRECTORY = ".telar-checkpoint"
 # worker thread by the async methods, not on the event loop (about 9 ms of parsing).
 OFF_LOOP_CHARS = 256 * 1024
 WRITES_LINGER = 0.002  # at most, seconds a put_writes may wait for the next write to carry its lines
+KEYS_PAGE = 100  # threads asked of the store at a time by `list(None, ...)`
+TERMS_KEPT = 4096  # threads whose recorded index terms a saver remembers
 Version = int | str
 _Lines = tuple[Hashable, History, str]  # what to append: the version it needs, the history it makes, the text
 
@@ -102,6 +105,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._histories = VersionedHistories()
         self._writers = WriterLocks()
         self._lingers = Lingers(WRITES_LINGER if self.store.carry_writes else 0.0)
+        self._recorded: dict[str, set[str]] = {}  # thread -> index terms this saver recorded for it
+        self._index_checked = False  # whether the store's index was found ready (or rebuilt)
 
     @classmethod
     def from_conn_string(cls, url: str, **options: Any) -> _SaverContext:
@@ -138,6 +143,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             keep_finished_subgraphs=self.codec.keep_finished_subgraphs,
         )
         clone._writers, clone._lingers = self._writers, self._lingers  # one saver's writers take turns
+        clone._recorded = self._recorded
         return clone
 
     # --- pure pieces, shared by the sync and async methods ------------------------
@@ -435,6 +441,116 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 result[ch]["seed"] = seeds[ch]
         return result
 
+    # --- the index: terms recorded before the writes that hold them (see `Store.index`) ---
+
+    def _new_terms(self, thread_id: str, terms: set[str]) -> set[str]:
+        """The terms of a write that this saver has not recorded for the thread yet."""
+        if not self.store.indexes:
+            return set()
+        return terms - self._recorded.get(thread_id, set())
+
+    def _recorded_terms(self, thread_id: str, terms: set[str]) -> None:
+        if len(self._recorded) >= TERMS_KEPT and thread_id not in self._recorded:
+            self._recorded.clear()
+        self._recorded.setdefault(thread_id, set()).update(terms)
+
+    def _history_terms(self, thread_id: str, text: str) -> set[str]:
+        """The terms of a whole history (none for a damaged one: the scans that find it, verify
+        and repair, read every thread)."""
+        try:
+            history = self.codec.parse(thread_id, text)
+        except TelarError:
+            return set()
+        return history_terms(e.line.metadata for e in history.entries.values())
+
+    def record_terms(self, thread_id: str, text: str) -> None:
+        """Record the index terms of a history about to be written whole (a copy, a migration)."""
+        if self.store.indexes:
+            self.store.index(thread_id, self._history_terms(thread_id, text))
+            self._recorded.pop(thread_id, None)
+
+    async def arecord_terms(self, thread_id: str, text: str) -> None:
+        if self.store.indexes:
+            await self.store.aindex(thread_id, self._history_terms(thread_id, text))
+            self._recorded.pop(thread_id, None)
+
+    def _index_usable(self) -> bool:
+        """Whether to look threads up in the store's index, rebuilding it first when it is not
+        ready (a store written by a release without one): once per saver."""
+        if not self.store.indexes:
+            return False
+        if not self._index_checked:
+            if not self.store.index_ready():
+                for thread_id in list(self.store.keys()):
+                    text = self.store.read(thread_id)
+                    if text is not None:
+                        self.store.index(thread_id, self._history_terms(thread_id, text))
+                self.store.set_index_ready()
+            self._index_checked = True
+        return True
+
+    async def _aindex_usable(self) -> bool:
+        if not self.store.indexes:
+            return False
+        if not self._index_checked:
+            if not await self.store.aindex_ready():
+                for thread_id in await self.store.akeys():
+                    text = await self.store.aread(thread_id)
+                    if text is not None:
+                        await self.store.aindex(thread_id, self._history_terms(thread_id, text))
+                await self.store.aset_index_ready()
+            self._index_checked = True
+        return True
+
+    def _threads(self, filter: dict[str, Any] | None) -> Iterator[str]:
+        """The threads that may hold checkpoints matching `filter`, in order: those the index
+        records under every term of the filter, else every thread, a page at a time."""
+        if not self._index_usable():
+            yield from sorted(self.store.keys())
+            return
+        terms = filter_terms(filter) if filter else None
+        if terms is not None:
+            yield from sorted(set.intersection(*(set(self.store.indexed(term)) for term in terms)))
+            return
+        after = None
+        while page := self.store.sorted_keys(after, KEYS_PAGE):
+            yield from page
+            after = page[-1]
+
+    async def _athreads(self, filter: dict[str, Any] | None) -> AsyncIterator[str]:
+        if not await self._aindex_usable():
+            for thread_id in sorted(await self.store.akeys()):
+                yield thread_id
+            return
+        terms = filter_terms(filter) if filter else None
+        if terms is not None:
+            for thread_id in sorted(set.intersection(*[set(await self.store.aindexed(term)) for term in terms])):
+                yield thread_id
+            return
+        after = None
+        while page := await self.store.asorted_keys(after, KEYS_PAGE):
+            for thread_id in page:
+                yield thread_id
+            after = page[-1]
+
+    def _runs_threads(self, runs: set[str]) -> list[str]:
+        """The threads that may hold checkpoints of these runs."""
+        if not self._index_usable():
+            return sorted(self.store.keys())
+        return sorted({thread_id for run_id in runs for thread_id in self.store.indexed(run_term(run_id))})
+
+    async def _aruns_threads(self, runs: set[str]) -> list[str]:
+        if not await self._aindex_usable():
+            return sorted(await self.store.akeys())
+        return sorted({thread_id for run_id in runs for thread_id in await self.store.aindexed(run_term(run_id))})
+
+    def _stale_run_terms(self, thread_id: str, runs: set[str], new: str | None) -> set[str]:
+        """The run terms a thread no longer needs once `delete_for_runs` left it `new`."""
+        self._recorded.pop(thread_id, None)
+        if new is None or not self.store.indexes:
+            return set()
+        return {run_term(r) for r in runs} - self._history_terms(thread_id, new)
+
     # --- sync API -------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -449,11 +565,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         matches = self._matches(config, filter, before)
-        threads = [_thread_and_ns(config)[0]] if config else sorted(self.store.keys())
+        threads = [_thread_and_ns(config)[0]] if config else self._threads(filter)
         for thread_id in threads:
+            if limit is not None and limit <= 0:
+                return
             for entry in self._listed(self._history(thread_id), matches, limit):
-                if limit is not None and limit <= 0:
-                    return
                 yield self._tuple(thread_id, entry)
                 if limit is not None:
                     limit -= 1
@@ -462,6 +578,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
+        if terms := self._new_terms(thread_id, metadata_terms(record.metadata)):
+            self.store.index(thread_id, terms)
+            self._recorded_terms(thread_id, terms)
         self._write(thread_id, *self._put_change(thread_id, record, new_versions))
         return _config(thread_id, record.checkpoint_ns, record.id)
 
@@ -470,22 +589,27 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._write(thread_id, *self._writes_change(thread_id, ns, cid, task_id, items, task_path), writes=True)
 
     def delete_thread(self, thread_id: str) -> None:
+        self._recorded.pop(str(thread_id), None)
         self.store.delete(str(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         runs = set(run_ids)
-        for thread_id in list(self.store.keys()):
-            self.store.update(thread_id, lambda old: self.codec.remove_runs(old, runs))
+        for thread_id in self._runs_threads(runs):
+            new = self.store.update(thread_id, lambda old: self.codec.remove_runs(old, runs))
+            if stale := self._stale_run_terms(thread_id, runs, new):
+                self.store.unindex(thread_id, stale)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         text = self.store.read(str(source_thread_id))
         if text is not None:
             self.codec.parse(str(source_thread_id), text)  # refuse to copy a corrupt history
+            self.record_terms(str(target_thread_id), text)
             self.store.write(str(target_thread_id), text)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         strategy = _check_strategy(strategy)
         for thread_id in thread_ids:
+            self._recorded.pop(str(thread_id), None)
             if strategy == "delete":
                 self.store.delete(str(thread_id))
             else:
@@ -513,11 +637,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         matches = self._matches(config, filter, before)
-        threads = [_thread_and_ns(config)[0]] if config else sorted(await self.store.akeys())
-        for thread_id in threads:
+        threads = self._athreads(filter) if config is None else _one_thread(_thread_and_ns(config)[0])
+        async for thread_id in threads:
+            if limit is not None and limit <= 0:
+                return
             for entry in self._listed(await self._ahistory(thread_id), matches, limit):
-                if limit is not None and limit <= 0:
-                    return
                 yield self._tuple(thread_id, entry)
                 if limit is not None:
                     limit -= 1
@@ -526,6 +650,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
+        if terms := self._new_terms(thread_id, metadata_terms(record.metadata)):
+            await self.store.aindex(thread_id, terms)
+            self._recorded_terms(thread_id, terms)
         await self._awrite(thread_id, *self._put_change(thread_id, record, new_versions))
         return _config(thread_id, record.checkpoint_ns, record.id)
 
@@ -534,22 +661,27 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         await self._awrite(thread_id, *self._writes_change(thread_id, ns, cid, task_id, items, task_path), writes=True)
 
     async def adelete_thread(self, thread_id: str) -> None:
+        self._recorded.pop(str(thread_id), None)
         await self.store.adelete(str(thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         runs = set(run_ids)
-        for thread_id in await self.store.akeys():
-            await self.store.aupdate(thread_id, lambda old: self.codec.remove_runs(old, runs))
+        for thread_id in await self._aruns_threads(runs):
+            new = await self.store.aupdate(thread_id, lambda old: self.codec.remove_runs(old, runs))
+            if stale := self._stale_run_terms(thread_id, runs, new):
+                await self.store.aunindex(thread_id, stale)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         text = await self.store.aread(str(source_thread_id))
         if text is not None:
             self.codec.parse(str(source_thread_id), text)
+            await self.arecord_terms(str(target_thread_id), text)
             await self.store.awrite(str(target_thread_id), text)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         strategy = _check_strategy(strategy)
         for thread_id in thread_ids:
+            self._recorded.pop(str(thread_id), None)
             if strategy == "delete":
                 await self.store.adelete(str(thread_id))
             else:
@@ -573,6 +705,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         if isinstance(current, str):
             return f"{int(current.split('.')[0]) + 1:032}.{0:016}"
         return int(current) + 1
+
+
+async def _one_thread(thread_id: str) -> AsyncIterator[str]:
+    yield thread_id
 
 
 def _metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:

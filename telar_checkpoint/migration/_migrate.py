@@ -153,6 +153,7 @@ def _store(report: MigrationReport, target: TelarSaver, thread_id: str, built: _
     if dry_run:
         change(target.store.read(thread_id))
     else:
+        target.record_terms(thread_id, built.text)
         target.store.update(thread_id, change)
     if outcome:
         report.skipped[thread_id] = outcome[0]
