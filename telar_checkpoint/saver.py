@@ -258,7 +258,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
         return apply
 
-    def _write(self, thread_id: str, make_lines: Any, change: Any, writes: bool = False) -> None:
+    def _write(self, thread_id: str, make_lines: Any, change: Any, writes: bool = False, terms: set[str] | None = None) -> None:
         """Append the change's lines when the kept history is current, else update whole.
 
         Writers of the thread take turns until their lines are appended; each then waits
@@ -273,7 +273,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             joined = self._join(turns, thread_id, make_lines, change) if linger else None
             if joined is None:
                 carried, lines = self._take(turns, thread_id, make_lines)
-                appended = self._store_now(thread_id, carried, lines, change, batch=bool(turns.waiting))
+                appended = self._store_now(thread_id, carried, lines, change, batch=bool(turns.waiting), terms=terms)
         if joined is None:
             self._flushed(thread_id, carried, appended)
             return
@@ -289,9 +289,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             done.wait()
         joined.result()
 
-    def _store_now(self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, batch: bool) -> bool:
+    def _store_now(
+        self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, batch: bool, terms: set[str] | None = None
+    ) -> bool:
         """Append `lines` if the store is at their version, else update whole; whether it
-        appended (and so needs a flush, see `_flushed`). A failure fails the carried batch too."""
+        appended (and so needs a flush, see `_flushed`). A failure fails the carried batch too.
+        An update records the put's index `terms` first: the thread may have been deleted, and
+        its terms with it, since this saver recorded them."""
         with carrying(carried):
             if lines is not None:
                 version, history, suffix = lines
@@ -301,6 +305,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 if new_version is not None:
                     self._histories.keep(thread_id, new_version, history)
                     return True
+            if terms:
+                self.store.index(thread_id, terms)
+                self._recorded_terms(thread_id, terms)
             self._after_update(thread_id, *self.store.update_versioned(thread_id, self._changes(carried, change)))
         return False
 
@@ -310,14 +317,16 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             if appended:
                 self.store.flush(thread_id)
 
-    async def _awrite(self, thread_id: str, make_lines: Any, change: Any, writes: bool = False) -> None:
+    async def _awrite(
+        self, thread_id: str, make_lines: Any, change: Any, writes: bool = False, terms: set[str] | None = None
+    ) -> None:
         turns = self._writers.async_(thread_id)
         async with turns:
             linger = self._lingers.wrote(thread_id, writes=writes)
             joined = self._join(turns, thread_id, make_lines, change) if linger else None
             if joined is None:
                 carried, lines = self._take(turns, thread_id, make_lines)
-                appended = await self._astore_now(thread_id, carried, lines, change, batch=bool(turns.waiting))
+                appended = await self._astore_now(thread_id, carried, lines, change, batch=bool(turns.waiting), terms=terms)
         if joined is None:
             await self._aflushed(thread_id, carried, appended)
             return
@@ -335,7 +344,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             await adone.wait()
         joined.result()
 
-    async def _astore_now(self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, batch: bool) -> bool:
+    async def _astore_now(
+        self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, batch: bool, terms: set[str] | None = None
+    ) -> bool:
         with carrying(carried):
             if lines is not None:
                 version, history, suffix = lines
@@ -347,6 +358,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 if new_version is not None:
                     self._histories.keep(thread_id, new_version, history)
                     return True
+            if terms:
+                await self.store.aindex(thread_id, terms)
+                self._recorded_terms(thread_id, terms)
             self._after_update(thread_id, *(await self.store.aupdate_versioned(thread_id, self._changes(carried, change))))
         return False
 
@@ -444,9 +458,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     # --- the index: terms recorded before the writes that hold them (see `Store.index`) ---
 
     def _new_terms(self, thread_id: str, terms: set[str]) -> set[str]:
-        """The terms of a write that this saver has not recorded for the thread yet."""
-        if not self.store.indexes:
-            return set()
+        """The terms of a put that this saver has not recorded for the thread yet."""
         return terms - self._recorded.get(thread_id, set())
 
     def _recorded_terms(self, thread_id: str, terms: set[str]) -> None:
@@ -578,10 +590,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
-        if terms := self._new_terms(thread_id, metadata_terms(record.metadata)):
-            self.store.index(thread_id, terms)
-            self._recorded_terms(thread_id, terms)
-        self._write(thread_id, *self._put_change(thread_id, record, new_versions))
+        terms = metadata_terms(record.metadata) if self.store.indexes else None
+        if terms and self._histories.latest(thread_id) is not None and (new := self._new_terms(thread_id, terms)):
+            self.store.index(thread_id, new)
+            self._recorded_terms(thread_id, new)
+        self._write(thread_id, *self._put_change(thread_id, record, new_versions), terms=terms)
         return _config(thread_id, record.checkpoint_ns, record.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
@@ -650,10 +663,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
-        if terms := self._new_terms(thread_id, metadata_terms(record.metadata)):
-            await self.store.aindex(thread_id, terms)
-            self._recorded_terms(thread_id, terms)
-        await self._awrite(thread_id, *self._put_change(thread_id, record, new_versions))
+        terms = metadata_terms(record.metadata) if self.store.indexes else None
+        if terms and self._histories.latest(thread_id) is not None and (new := self._new_terms(thread_id, terms)):
+            await self.store.aindex(thread_id, new)
+            self._recorded_terms(thread_id, new)
+        await self._awrite(thread_id, *self._put_change(thread_id, record, new_versions), terms=terms)
         return _config(thread_id, record.checkpoint_ns, record.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:

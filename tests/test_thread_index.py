@@ -120,6 +120,24 @@ def test_delete_for_runs_keeps_the_terms_a_thread_still_holds(store: Store) -> N
     assert [t.metadata["run_id"] for t in saver.list(None, filter={"run_id": "a"})] == ["a"]
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_thread_deleted_by_another_saver_and_written_again_is_indexed(store: Store, mode: str) -> None:
+    """The deleting saver's store drops the thread's terms; the writer, which recorded them
+    before, must record them again when it writes the thread anew."""
+    writer, other = TelarSaver(store), TelarSaver(store)
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    metadata: Any = {"source": "loop", "step": 0, "parents": {}, "run_id": "r"}
+    config = writer.put(config, empty_checkpoint(), metadata, {})
+    other.delete_thread("t")
+    if mode == "sync":
+        writer.put(config, empty_checkpoint(), metadata, {})
+    else:
+        await writer.aput(config, empty_checkpoint(), metadata, {})
+    assert store.indexed("run:r") == ["t"]
+    other.delete_for_runs(["r"])
+    assert store.read("t") is None
+
+
 def test_copy_thread_indexes_the_copy(store: Store) -> None:
     saver = TelarSaver(store)
     fill(saver, 2)
