@@ -476,3 +476,20 @@ def test_without_the_cli_extra_the_command_says_what_to_install(capsys, monkeypa
     code, out, err = run(capsys, "threads", ".")
     assert (code, out) == (2, "")
     assert err == "telar-checkpoint: error: the command line needs the rich package: pip install 'telar-checkpoint[cli]'\n"
+
+
+def test_usage_brackets_the_arguments_that_may_be_left_out(capsys) -> None:
+    """An optional THREAD, CHECKPOINT or DIR is shown as optional in the usage line (as argparse
+    did), and a required one is not."""
+    usages = {}
+    for name in ("verify", "trim", "show", "demo", "history"):
+        code, out, _ = run(capsys, name, "--help")
+        assert code == 0
+        usages[name] = out.splitlines()[0]
+    assert usages["verify"].endswith(" [OPTIONS] URL [THREAD]")
+    assert usages["trim"].endswith(" [OPTIONS] URL [THREAD]")
+    assert usages["show"].endswith(" [OPTIONS] URL THREAD [CHECKPOINT]")
+    assert usages["demo"].endswith(" [OPTIONS] [DIR]")
+    assert usages["history"].endswith(" [OPTIONS] URL THREAD")
+    words = " ".join(run(capsys, "verify", "--help")[1].split())
+    assert " THREAD only this thread (default: all" in words  # its line of help keeps the bare name

@@ -34,15 +34,17 @@ class _Positive(click.ParamType):
 
 
 class _Argument(click.Argument):
-    """A positional argument with a line of help (click's own take one only from 8.5)."""
+    """A positional argument with a line of help (click's own take one only from 8.5); the usage
+    line shows one that may be left out in brackets (``URL [THREAD]``)."""
 
     def __init__(self, name: str, metavar: str, help: str, *, required: bool = True) -> None:
-        super().__init__([name], metavar=metavar, required=required)
+        super().__init__([name], metavar=metavar if required else f"[{metavar}]", required=required)
+        self.label = metavar
         self.help = help
 
 
 def _arguments_help(params: Sequence[click.Parameter], formatter: click.HelpFormatter) -> None:
-    rows = [(p.metavar or "", p.help or "") for p in params if isinstance(p, _Argument)]
+    rows = [(p.label, p.help or "") for p in params if isinstance(p, _Argument)]
     if rows:
         with formatter.section("Arguments"):
             formatter.write_dl(rows)
