@@ -45,3 +45,24 @@ def test_quick_run_measures_every_workload_for_every_saver(tmp_path: Path) -> No
     assert written["contenders"] == LOCAL
     table = (tmp_path / "results" / "latest.md").read_text()
     assert "## Targets" in table and all(name in table for name in LOCAL)
+
+
+def test_scale_quick_run_times_every_operation_on_memory_and_sqlite(tmp_path: Path) -> None:
+    from benchmarks import scale
+
+    names = ["Telar/memory", "Telar/sqlite", "InMemorySaver", "SqliteSaver"]
+    argv = ["--quick", "--levels", "10,30", "--reps", "2", "--only", ",".join(names), "--out", str(tmp_path), "--data-dir", str(tmp_path)]
+    assert scale.main(argv) == 0
+
+    results = json.loads((tmp_path / "scale.json").read_text())
+    assert list(results["savers"]) == names and not results["runs"][0]["skipped"]
+    for name, entry in results["savers"].items():
+        assert sorted(entry["fill"], key=int) == ["10", "30"] and not entry["notes"]
+        for op in scale.OPS:
+            for cell in entry["ops"][op].values():
+                if op == "delete_for_runs" and not name.startswith("Telar/"):
+                    assert "NotImplementedError" in cell["unsupported"]
+                else:
+                    assert _number(cell["median_s"]) and len(cell["seconds"]) == 2 and not cell.get("timed_out")
+    table = (tmp_path / "scale.md").read_text()
+    assert all(f"| {name} | get_tuple |" in table for name in names)
