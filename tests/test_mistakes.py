@@ -256,3 +256,22 @@ def test_a_langgraph_postgres_database_as_a_store_is_named(capsys) -> None:
         assert code == 0 and out.startswith("Migrated 1 thread (")
     finally:
         postgres_admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.mark.parametrize("kind", ["postgres", "redis", "sqlite under a file"])
+def test_a_migration_target_that_cannot_be_opened_is_one_error_not_a_failed_thread_each(capsys, our_db, tmp_path, kind) -> None:
+    """Found: `migrate --to` an unreachable server (or a SQLite path under a file) reported
+    "Migrated 0 threads ... FAILED 1 thread" with the driver's message for each thread, exit 1."""
+    if kind == "sqlite under a file":
+        a_file = tmp_path / "notes.txt"
+        a_file.write_text("hello\n")
+        target, where = f"sqlite:///{a_file}/x.db", str(a_file)
+    else:
+        pytest.importorskip("psycopg" if kind == "postgres" else "redis")
+        target, where = ("postgresql://postgres@127.0.0.1:1/test" if kind == "postgres" else "redis://127.0.0.1:1/0"), "127.0.0.1:1"
+    for dry_run in ([], ["--dry-run"]):
+        code, out, err = run(capsys, "migrate", "--from", f"sqlite:///{our_db}", "--to", target, *dry_run)
+        assert (code, out) == (5, ""), dry_run
+        assert err.startswith(PROG) and err.count("\n") == 1 and where in err
+    if kind == "sqlite under a file":
+        assert a_file.read_text() == "hello\n"

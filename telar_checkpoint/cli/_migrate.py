@@ -8,7 +8,7 @@ import types
 from telar_checkpoint.cli import EXIT_FAILED, EXIT_NOT_FOUND
 from telar_checkpoint.cli._commands import opened
 from telar_checkpoint.cli._output import ProgressBar, to_json
-from telar_checkpoint.errors import UsageError
+from telar_checkpoint.errors import StoredDataError, UsageError
 from telar_checkpoint.inspection import read_thread
 from telar_checkpoint.migration import MigrationReport, export_thread, import_thread, migrate, open_source
 from telar_checkpoint.saver import TelarSaver
@@ -48,6 +48,12 @@ def cmd_import(args: types.SimpleNamespace) -> int:
 def cmd_migrate(args: types.SimpleNamespace) -> int:
     bar = ProgressBar("migrating", args.progress)
     with open_source(args.source) as source, opened(args.target, create=True) as store:
+        # A target that cannot be reached or opened is one error (exit code 5), not a failure
+        # per thread: the migration reads it for each thread anyway, --dry-run too.
+        try:
+            store.read(args.threads[0] if args.threads else "telar-checkpoint")
+        except StoredDataError:
+            pass  # that thread's own state: the migration reports it
         try:
             report = migrate(source, TelarSaver(store), thread_ids=list(args.threads) or None, dry_run=args.dry_run, progress=bar)
         finally:
