@@ -192,3 +192,15 @@ def test_export_raw_gets_a_damaged_thread_out_as_stored(capsys, tmp_path) -> Non
     code, _, err = run(capsys, "export", str(directory), "t", "--raw", "-o", str(target))
     assert code == 0 and target.read_text() == damaged
     assert err == f"exported thread 't' to {target} ({damaged.count(chr(10)) + 1} lines)\n"
+
+
+def test_repair_on_every_store_keeps_what_reads_and_the_graph_resumes(store, tmp_path) -> None:
+    """A SQL or Redis store could only delete a damaged thread: repair salvages it on each store."""
+    damaged = torn_in_the_middle(steps_thread(store), step=2)
+    store.write("t", damaged)
+    backup = tmp_path / "t.original.jsonl"
+    plan = repair(store, "t", backup=backup)
+    assert plan.backup == str(backup) and backup.read_text() == damaged
+    assert store.read("t") == plan.text and verify_thread("t", plan.text) == []
+    result = multi_step().compile(checkpointer=TelarSaver(store)).invoke(None, config("t"))
+    assert result["log"] == ["a", "b", "c"] and result["count"] == 3
