@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -275,3 +276,74 @@ def test_a_migration_target_that_cannot_be_opened_is_one_error_not_a_failed_thre
         assert err.startswith(PROG) and err.count("\n") == 1 and where in err
     if kind == "sqlite under a file":
         assert a_file.read_text() == "hello\n"
+
+
+# --- found by the audit of this issue ------------------------------------------------------------------
+
+
+def test_a_langgraph_database_as_a_migration_target_is_refused(capsys, langgraph_db, our_db) -> None:
+    """Found: `migrate --to sqlite:///<a SqliteSaver database>` wrote our tables into it, exit 0."""
+    before = tables(langgraph_db)
+    with pytest.raises(ForeignStoreError, match="is a LangGraph SqliteSaver database, not a store of ours"):
+        open_target(f"sqlite:///{langgraph_db}")
+    code, out, err = run(capsys, "migrate", "--from", f"sqlite:///{our_db}", "--to", f"sqlite:///{langgraph_db}")
+    assert (code, out) == (2, "")
+    assert err == (f"{PROG}{langgraph_db} is a LangGraph SqliteSaver database, not a store of ours: give a new file, "
+                   f"or ours (to read it, migrate --from langgraph+sqlite:///{langgraph_db})\n")
+    assert tables(langgraph_db) == before
+
+
+@pytest.mark.parametrize("target", ["sqlite", "directory"])
+def test_a_dry_run_creates_no_target(capsys, our_db, tmp_path, target) -> None:
+    """Found: `migrate --dry-run` created the target database (or directory) it reported on."""
+    where = tmp_path / "new" / ("x.db" if target == "sqlite" else "dir")
+    url = f"sqlite:///{where}" if target == "sqlite" else str(where)
+    code, out, _ = run(capsys, "migrate", "--from", f"sqlite:///{our_db}", "--to", url, "--dry-run")
+    assert code == 0 and "1 thread" in out
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_sqlite_database_under_a_file_is_named_as_such(tmp_path) -> None:
+    """Found: the message was "[Errno 17] File exists: ..."."""
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(StoreError, match="a part of its path is a file, not a directory"):
+        SQLiteStore(tmp_path / "afile" / "db.sqlite").read("t")
+
+
+def test_our_postgres_store_as_a_langgraph_source_is_named(capsys) -> None:
+    require_server("postgres")
+    from telar_checkpoint.stores.postgres import PostgresStore
+
+    schema = f"telar_test_{uuid.uuid4().hex[:12]}"
+    try:
+        store = PostgresStore(POSTGRES_URL, schema=schema)
+        multi_step().compile(checkpointer=TelarSaver(store)).invoke({"log": [], "count": 0}, config("t"))
+        store.close()
+        url = f"{POSTGRES_URL}?options=-c%20search_path%3D{schema}"
+        before = postgres_admin("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,))
+        code, out, err = run(capsys, "migrate", "--from", f"langgraph+{url}", "--to", "memory://")
+        assert (code, out) == (2, "")
+        assert "this looks like a telar-checkpoint store; did you mean" in err and err.count("\n") == 1
+        after = postgres_admin("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,))
+        assert sorted(after) == sorted(before)
+    finally:
+        postgres_admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_alist_inside_from_conn_string_in_one_loop_after_another_never_hangs() -> None:
+    """The issue's second script, on Postgres: 20 loops, each bounded."""
+    require_server("postgres")
+    import asyncio
+
+    schema = f"telar_test_{uuid.uuid4().hex[:12]}"
+
+    async def listing() -> int:
+        async with TelarSaver.from_conn_string(POSTGRES_URL, schema=schema) as saver:
+            await saver.aput({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, empty_checkpoint(), {}, {})
+            return len([t async for t in saver.alist(None, limit=3)])
+
+    try:
+        for loop in range(20):
+            assert asyncio.run(asyncio.wait_for(listing(), 20)) == min(loop + 1, 3)  # one put a loop
+    finally:
+        postgres_admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

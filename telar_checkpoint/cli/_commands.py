@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from telar_checkpoint.cli import EXIT_FAILED
 from telar_checkpoint.cli._output import ProgressBar, compact, plural, styled, table, to_json, when
+from telar_checkpoint.errors import ForeignStoreError, NoStoreError, StoreError
 from telar_checkpoint.inspection import (
     diff_checkpoints,
     list_threads,
@@ -16,7 +17,9 @@ from telar_checkpoint.inspection import (
     thread_history,
 )
 from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.memory import MemoryStore
 from telar_checkpoint.stores.opening import open_existing, open_target
+from telar_checkpoint.stores.url import local_path
 from telar_checkpoint.verify import verify_store
 
 _STATUS_COLOURS = {"FAILED": "red", "warn": "yellow", "ok": "green"}
@@ -27,6 +30,25 @@ def opened(url: str, *, create: bool = False) -> Iterator[Store]:
     """The store `url` names, closed after use. Unless `create`, nothing is created or changed:
     a mistyped path or another tool's database is an error, not a new empty store."""
     store = open_target(url) if create else open_existing(url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def dry_target(url: str) -> Iterator[Store]:
+    """A dry run's target, which it must not create: the store there, opened without creating
+    anything, or an empty memory store when there is none yet (another tool's data is refused)."""
+    try:
+        store = open_existing(url)
+    except ForeignStoreError:
+        raise
+    except NoStoreError:
+        path = local_path(url)
+        if path is not None and any(p.exists() and not p.is_dir() for p in path.parents):
+            raise StoreError(f"cannot create a store at {path}: a part of its path is a file, not a directory") from None
+        store = MemoryStore()
     try:
         yield store
     finally:

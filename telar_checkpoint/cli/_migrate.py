@@ -6,7 +6,7 @@ import sys
 import types
 
 from telar_checkpoint.cli import EXIT_FAILED, EXIT_NOT_FOUND
-from telar_checkpoint.cli._commands import opened
+from telar_checkpoint.cli._commands import dry_target, opened
 from telar_checkpoint.cli._output import ProgressBar, to_json
 from telar_checkpoint.errors import StoredDataError, UsageError
 from telar_checkpoint.inspection import read_thread
@@ -47,7 +47,7 @@ def cmd_import(args: types.SimpleNamespace) -> int:
 
 def cmd_migrate(args: types.SimpleNamespace) -> int:
     bar = ProgressBar("migrating", args.progress)
-    with open_source(args.source) as source, opened(args.target, create=True) as store:
+    with open_source(args.source) as source, (dry_target(args.target) if args.dry_run else opened(args.target, create=True)) as store:
         # A target that cannot be reached or opened is one error (exit code 5), not a failure
         # per thread: the migration reads it for each thread anyway, --dry-run too.
         try:

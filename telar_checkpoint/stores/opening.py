@@ -17,7 +17,7 @@ from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.foreign import is_sqlite_file, sqlite_tables, sqlite_tool
 from telar_checkpoint.stores.url import local_path, open_store, scheme
 
-_OUR_ENTRIES = (".jsonl", ".d", "~long", ".tmp")  # what a FileStore puts at the top of its directory
+_OUR_ENTRIES = (".jsonl", ".d", "~long", ".tmp", ".index")  # what a FileStore puts at the top of its directory
 _NO_CREATE = ("sqlite", "postgresql", "postgres")  # the stores that take `create=False`
 
 
@@ -50,11 +50,22 @@ def _check_directory(url: str, path: Path, *, must_exist: bool) -> None:
         )
 
 
+def _check_database(path: Path) -> None:
+    """Refuse to add our tables to a LangGraph SqliteSaver database (a migration's source, surely)."""
+    if is_sqlite_file(path) and sqlite_tool(sqlite_tables(path)) == "LangGraph SqliteSaver":
+        raise ForeignStoreError(
+            f"{path} is a LangGraph SqliteSaver database, not a store of ours: give a new file, or ours "
+            f"(to read it, migrate --from langgraph+sqlite:///{path})"
+        )
+
+
 def _open(url: str, *, create: bool) -> Store:
     kind = scheme(url)
     path = local_path(url)
     if kind in (None, "file") and path is not None:
         _check_directory(url, path, must_exist=not create)
+    if kind == "sqlite" and create and path is not None:
+        _check_database(path)
     if not create and kind in _NO_CREATE:
         store = open_store(url, create=False)
         try:

@@ -184,6 +184,8 @@ class SQLiteStore(DeferredAppends, Store):
         if not self.create and not self._ready:
             self._require_ours()
         if not self.path.exists():
+            if any(p.exists() and not p.is_dir() for p in self.path.parents):
+                raise StoreError(f"cannot create SQLite database {self.path}: a part of its path is a file, not a directory")
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, self.mode))
         conn = sqlite3.connect(
