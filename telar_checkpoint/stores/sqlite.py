@@ -127,20 +127,17 @@ class SQLiteStore(DeferredAppends, Store):
         timeout: float = 30.0,
         fsync: bool = True,
         mode: int = 0o600,
-        append_in_sql: bool = True,
         create: bool = True,
     ) -> None:
         """`timeout`: seconds to wait for another writer; `fsync`: a write returns once its
         commit is on disk (else it may be lost on power loss, never corrupted); `mode`: permissions of a new database file;
-        `append_in_sql`: an update that extends a value inserts the suffix as a chunk (False rewrites
-        the value whole); `create`: False opens only a database that already holds our tables,
+        `create`: False opens only a database that already holds our tables,
         changing nothing (NoStoreError otherwise, naming another tool's database)."""
         self.path = Path(path)
         self.create = create
         self.timeout = timeout
         self.fsync = fsync
         self.mode = mode
-        self.append_in_sql = append_in_sql
         self._lock = threading.Lock()
         self._commit_lock = threading.Lock()  # held while a write commits and is counted
         self._idle: list[_Connection] = []  # connections no operation holds, most recent last
@@ -214,7 +211,7 @@ class SQLiteStore(DeferredAppends, Store):
                     conn.execute("PRAGMA journal_mode = WAL")
                 return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
+                if not _busy(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.005)
 
@@ -377,7 +374,7 @@ class SQLiteStore(DeferredAppends, Store):
                     return None, None
                 if new == old:
                     return new, version
-                if old is not None and new.startswith(old) and self.append_in_sql and len(rows) < COMPACT_AT:
+                if old is not None and new.startswith(old) and len(rows) < COMPACT_AT:
                     return new, conn.execute(_INSERT, (raw_key, _encode(new[len(old) :]))).lastrowid
                 if old is not None:
                     conn.execute(_DELETE, (raw_key,))
@@ -462,6 +459,15 @@ def _note_writes_under_way() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_note_writes_under_way)
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused for a lock another connection holds (by its error code; Python 3.10
+    gives no code, only the message SQLite writes for these codes)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return str(exc) in ("database is locked", "database table is locked")
 
 
 def _decoded_keys(rows: list[tuple[bytes]]) -> list[str]:
