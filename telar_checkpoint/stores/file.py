@@ -616,6 +616,7 @@ class FileStore(DeferredAppends, Store):
                 if self._index is None:
                     if not self.create and not os.path.exists(os.path.join(self._root, INDEX_DIR)):
                         raise UsageError(f"{self._root} has no index, and this store may not create one (create=False)")
+                    os.close(self._directory([INDEX_DIR], None))  # made with the store's mode, durably
                     index = FileIndex(self._root, mode=self.mode, fsync=self.fsync, timeout=self.lock_timeout)
                     if index.new and any(key is not None for _relative, key in self._entries()):
                         index.not_ready()
@@ -640,12 +641,17 @@ class FileStore(DeferredAppends, Store):
         index.add_keys(self.keys())
         index.set_index_ready()
 
+    def _holds(self, key: str) -> bool:
+        """Whether a history of `key` is there: a regular file (anything else is foreign, as in `keys`)."""
+        found = self._locate(key)
+        return found is not None and stat.S_ISREG(found[1].st_mode)
+
     def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
         """The index's keys whose file is there (a key is recorded just before its file is made)."""
         found: list[str] = []
         while limit is None or len(found) < limit:
             page = self._index_db().sorted_keys(after, None if limit is None else limit - len(found))
-            found += [key for key in page if self._locate(key) is not None]
+            found += [key for key in page if self._holds(key)]
             if limit is None or not page:
                 break
             after = page[-1]

@@ -28,8 +28,7 @@ class FileIndex(SQLiteStore):
     """The index database of the file store at `root`; its keys are the store's threads."""
 
     def __init__(self, root: str, *, mode: int, fsync: bool, timeout: float) -> None:
-        directory = os.path.join(root, INDEX_DIR)
-        path = os.path.join(directory, INDEX_FILE)
+        path = os.path.join(root, INDEX_DIR, INDEX_FILE)
         new = not os.path.exists(path)
         super().__init__(path, mode=mode, fsync=fsync, timeout=timeout)
         self.new = new
