@@ -294,11 +294,16 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     ) -> bool:
         """Append `lines` if the store is at their version, else update whole; whether it
         appended (and so needs a flush, see `_flushed`). A failure fails the carried batch too.
-        An update records the put's index `terms` first: the thread may have been deleted, and
-        its terms with it, since this saver recorded them."""
+        A put's index `terms` are recorded first (those this saver has not recorded for the thread
+        before an append; all of them before an update, as the thread may have been deleted, and
+        its terms with it, since), inside the turn: a write lingering for this put is carried, not
+        left to time out."""
         with carrying(carried):
             if lines is not None:
                 version, history, suffix = lines
+                if terms and (new := self._new_terms(thread_id, terms)):
+                    self.store.index(thread_id, new)
+                    self._recorded_terms(thread_id, new)
                 if not suffix and self.store.version(thread_id) == version:
                     return False
                 new_version = self.store.append_if_deferred(thread_id, suffix, version, batch=batch) if suffix else None
@@ -350,6 +355,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         with carrying(carried):
             if lines is not None:
                 version, history, suffix = lines
+                if terms and (new := self._new_terms(thread_id, terms)):
+                    await self.store.aindex(thread_id, new)
+                    self._recorded_terms(thread_id, new)
                 if not suffix and await self.store.aversion(thread_id) == version:
                     return False
                 new_version = (
@@ -591,9 +599,6 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
         terms = metadata_terms(record.metadata) if self.store.indexes else None
-        if terms and self._histories.latest(thread_id) is not None and (new := self._new_terms(thread_id, terms)):
-            self.store.index(thread_id, new)
-            self._recorded_terms(thread_id, new)
         self._write(thread_id, *self._put_change(thread_id, record, new_versions), terms=terms)
         return _config(thread_id, record.checkpoint_ns, record.id)
 
@@ -664,9 +669,6 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     ) -> RunnableConfig:
         thread_id, record = self._record(config, checkpoint, metadata)
         terms = metadata_terms(record.metadata) if self.store.indexes else None
-        if terms and self._histories.latest(thread_id) is not None and (new := self._new_terms(thread_id, terms)):
-            await self.store.aindex(thread_id, new)
-            self._recorded_terms(thread_id, new)
         await self._awrite(thread_id, *self._put_change(thread_id, record, new_versions), terms=terms)
         return _config(thread_id, record.checkpoint_ns, record.id)
 
