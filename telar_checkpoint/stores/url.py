@@ -1,7 +1,8 @@
 """`open_store`: a store from a URL, as a user would write it in a config or on a command line.
 
 ``file:///abs/dir`` or a plain path, ``sqlite:///rel.db`` or ``sqlite:////abs/path.db`` (as in
-SQLAlchemy), ``postgresql://...`` (or ``postgres://``), ``redis://...`` (or ``rediss://``) and
+SQLAlchemy), ``postgresql://...`` (or ``postgres://``), ``redis://...`` (or ``rediss://``),
+``redis+cluster://host:port[,host:port...]`` (or ``rediss+cluster://``) for a Redis Cluster, and
 ``memory://``. Server stores connect on first use; an unreachable server is a `StoreError`
 naming it, and a missing driver is a `UsageError` saying what to install.
 
@@ -20,7 +21,10 @@ from urllib.parse import unquote, urlsplit
 from telar_checkpoint.errors import UsageError
 from telar_checkpoint.stores.base import Store
 
-SCHEMES = ("file", "sqlite", "postgresql", "postgres", "redis", "rediss", "memory")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+"""The schemes of a Redis Cluster's URL (``rediss``: TLS)."""
+
+SCHEMES = ("file", "sqlite", "postgresql", "postgres", "redis", "rediss", *CLUSTER_SCHEMES, "memory")
 """The URL schemes `open_store` knows."""
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
@@ -69,6 +73,40 @@ def _path(url: str, kind: str) -> str:
     return path
 
 
+def cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """The nodes (host, port) a Redis Cluster URL names, and the client options it carries
+    (``username``, ``password``, ``ssl``).
+
+    >>> cluster_nodes("redis+cluster://:secret@10.0.0.1:7000,[::1]/")
+    ([('10.0.0.1', 7000), ('::1', 6379)], {'password': 'secret'})
+    """
+    kind = scheme(url)
+    if kind not in CLUSTER_SCHEMES:
+        raise UsageError(f"store URL {shown(url)!r} is not a Redis Cluster URL (redis+cluster://host:port,...)")
+    parts = urlsplit(url)
+    if parts.query or parts.fragment or parts.path not in ("", "/", "/0"):
+        raise UsageError(
+            f"store URL {shown(url)!r}: a Redis Cluster URL names its nodes only (a cluster has database 0 alone); "
+            "pass options as arguments"
+        )
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    options: dict[str, Any] = {"ssl": True} if kind == "rediss+cluster" else {}
+    if userinfo:
+        username, has_password, password = userinfo.partition(":")
+        options.update({"username": unquote(username)} if username else {})
+        options.update({"password": unquote(password)} if has_password else {})
+    nodes = []
+    for node in hosts.split(","):
+        match = _NODE.match(node)
+        if match is None:
+            raise UsageError(f"store URL {shown(url)!r}: {node!r} is not host:port")
+        nodes.append((match.group(1) or match.group(2), int(match.group(3) or 6379)))
+    return nodes, options
+
+
+_NODE = re.compile(r"^(?:\[([0-9A-Fa-f:.]+)\]|([^\[\]:/,]+))(?::([0-9]{1,5}))?$")
+
+
 def _server_store(kind: str, url: str, options: dict[str, Any]) -> Store:
     module_name, class_name, driver = _DRIVERS[kind]
     try:
@@ -100,7 +138,7 @@ def open_store(url: str, **options: Any) -> Store:
             return SQLiteStore(_path(url, "sqlite"), **options)
         if kind in ("postgresql", "postgres"):
             return _server_store("postgres", url, options)
-        if kind in ("redis", "rediss"):
+        if kind in ("redis", "rediss", *CLUSTER_SCHEMES):
             return _server_store("redis", url, options)
         if kind == "memory":
             if url.rstrip("/") not in ("memory:", "memory:/") or options:
@@ -112,5 +150,6 @@ def open_store(url: str, **options: Any) -> Store:
         raise UsageError(f"store URL {shown(url)!r}: bad option: {exc}") from exc
     raise UsageError(
         f"store URL {shown(url)!r}: unknown scheme {kind!r}; supported: "
-        "file:///dir (or a plain path), sqlite:///file.db, postgresql://..., redis://..., memory://"
+        "file:///dir (or a plain path), sqlite:///file.db, postgresql://..., redis://..., "
+        "redis+cluster://host:port,..., memory://"
     )
