@@ -2,9 +2,11 @@
 
 `make_store(kind, tmp_path, request)` builds a store and registers its cleanup:
 file and sqlite live under `tmp_path`, postgres gets a fresh schema (dropped
-after), redis a unique key prefix (its keys deleted after). A server that
-cannot be reached skips the test, or fails it when ``CI=true``. The servers
-are taken from ``TELAR_TEST_POSTGRES`` / ``TELAR_TEST_REDIS`` when set.
+after), redis and redis-cluster a unique key prefix (its keys deleted after, on
+every node). A server that cannot be reached skips the test, or fails it when
+``CI=true``. The servers are taken from ``TELAR_TEST_POSTGRES`` /
+``TELAR_TEST_REDIS`` / ``TELAR_TEST_REDIS_CLUSTER`` when set (the cluster:
+``.ci/redis-cluster.sh start``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import functools
 import os
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +25,14 @@ import pytest
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
 
-STORE_KINDS = ["memory", "file", "sqlite", "postgres", "redis"]
-SHARED_KINDS = [kind for kind in STORE_KINDS if kind != "memory"]  # stores another process can open
+STORE_KINDS = ["memory", "file", "sqlite", "postgres", "redis", "redis-cluster"]
 LOCAL_KINDS = ["memory", "file", "sqlite"]
-SERVER_KINDS = ["postgres", "redis"]
-SHARED_KINDS = ["file", "sqlite", "postgres", "redis"]  # several processes can open the same one
+SERVER_KINDS = ["postgres", "redis", "redis-cluster"]
+SHARED_KINDS = ["file", "sqlite", "postgres", "redis", "redis-cluster"]  # several processes can open the same one
 
 POSTGRES_URL = os.environ.get("TELAR_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TELAR_TEST_REDIS", "redis://127.0.0.1:6379/0")
+REDIS_CLUSTER_URL = os.environ.get("TELAR_TEST_REDIS_CLUSTER", "redis+cluster://127.0.0.1:7000")
 
 
 def unavailable(what: str) -> None:
@@ -71,8 +75,25 @@ def redis_problem() -> str | None:
         return f"Redis server at {kwargs.get('host')}:{kwargs.get('port')} not reachable"
 
 
+@functools.cache
+def redis_cluster_problem() -> str | None:
+    """Why the test Redis Cluster cannot be used, or None when it can."""
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        return "redis is not installed"
+    try:
+        client = redis_cluster_admin()
+        client.ping()
+        client.close()
+        return None
+    except Exception as exc:
+        return f"Redis Cluster at {REDIS_CLUSTER_URL} not reachable ({type(exc).__name__}; start it with .ci/redis-cluster.sh start)"
+
+
 def require_server(kind: str) -> None:
-    problem = postgres_problem() if kind == "postgres" else redis_problem() if kind == "redis" else None
+    problems = {"postgres": postgres_problem, "redis": redis_problem, "redis-cluster": redis_cluster_problem}
+    problem = problems[kind]() if kind in problems else None
     if problem:
         unavailable(problem)
 
@@ -98,6 +119,11 @@ def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Sto
 
         store = RedisStore(REDIS_URL, prefix=f"{tag}:", connect_timeout=2, client_name=tag)
         request.addfinalizer(lambda: redis_delete_prefix(f"{tag}:"))
+    elif kind == "redis-cluster":
+        from telar_checkpoint.stores.redis import RedisStore
+
+        store = RedisStore(REDIS_CLUSTER_URL, prefix=f"{tag}:", connect_timeout=2, client_name=tag)
+        request.addfinalizer(lambda: redis_delete_prefix(f"{tag}:", cluster=True))
     else:
         raise ValueError(f"unknown store kind {kind!r}")
     request.addfinalizer(store.close)
@@ -112,8 +138,8 @@ def describe(store: Store) -> tuple[str, dict[str, Any]]:
         return "sqlite", {"path": str(store.path)}
     if store.kind == "postgres":
         return "postgres", {"conninfo": store.conninfo, "schema": store.schema}  # type: ignore[attr-defined]
-    if store.kind == "redis":
-        return "redis", {"url": store.url, "prefix": store.prefix}  # type: ignore[attr-defined]
+    if store.kind in ("redis", "redis-cluster"):
+        return store.kind, {"url": store.url, "prefix": store.prefix}  # type: ignore[attr-defined]
     raise ValueError(f"a {store.kind} store cannot be shared between processes")
 
 
@@ -148,8 +174,41 @@ def redis_admin() -> Any:
     return redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
 
 
-def redis_delete_prefix(prefix: str) -> None:
-    client = redis_admin()
+@contextmanager
+def redis_node_admins(store: Store) -> Iterator[list[Any]]:
+    """A client of each server that `store` (redis or redis-cluster) talks to: the server, or every
+    primary of the cluster, outside the store; closed after."""
+    import redis
+
+    if store.kind == "redis-cluster":
+        cluster = redis_cluster_admin()
+        try:
+            addresses = [(node.host, node.port) for node in cluster.get_primaries()]
+        finally:
+            cluster.close()
+        admins = [redis.Redis(host=host, port=port, socket_connect_timeout=2) for host, port in addresses]
+    else:
+        admins = [redis_admin()]
+    try:
+        yield admins
+    finally:
+        for admin in admins:
+            admin.close()
+
+
+def redis_cluster_admin() -> Any:
+    """A client of the test cluster, outside any store."""
+    from redis.cluster import ClusterNode, RedisCluster
+
+    from telar_checkpoint.stores.url import cluster_nodes
+
+    nodes, options = cluster_nodes(REDIS_CLUSTER_URL)
+    return RedisCluster(startup_nodes=[ClusterNode(*node) for node in nodes], socket_connect_timeout=2, **options)
+
+
+def redis_delete_prefix(prefix: str, *, cluster: bool = False) -> None:
+    """Delete every key under `prefix` (on every node of the test cluster, with `cluster`)."""
+    client = redis_cluster_admin() if cluster else redis_admin()
     try:
         for key in client.scan_iter(match=prefix.encode() + b"*", count=1000):
             client.delete(key)

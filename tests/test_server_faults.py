@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from telar_checkpoint.stores import Store
-from tests.stores import SERVER_KINDS, make_store, postgres_admin, redis_admin
+from tests.stores import SERVER_KINDS, make_store, postgres_admin, redis_node_admins
 
 WITHIN = 1.0  # seconds the first call after the drop may take
 
@@ -27,12 +27,11 @@ def drop_connections(store: Store) -> int:
         )
         killed = rows[0][0]
     else:
-        admin = redis_admin()
-        try:
-            ours = [c["id"] for c in admin.client_list() if c.get("name") == store.prefix.rstrip(":")]  # type: ignore[attr-defined]
-            killed = sum(admin.execute_command("CLIENT", "KILL", "ID", client_id) for client_id in ours)
-        finally:
-            admin.close()
+        killed = 0
+        with redis_node_admins(store) as admins:  # a cluster: every node
+            for admin in admins:
+                ours = [c["id"] for c in admin.client_list() if c.get("name") == store.prefix.rstrip(":")]  # type: ignore[attr-defined]
+                killed += sum(admin.execute_command("CLIENT", "KILL", "ID", client_id) for client_id in ours)
     return killed
 
 
