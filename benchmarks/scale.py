@@ -24,6 +24,7 @@ import datetime
 import gc
 import json
 import multiprocessing
+import os
 import random
 import shlex
 import shutil
@@ -420,11 +421,12 @@ def measure_saver(name: str, place: Place, settings: Settings) -> dict[str, Any]
 
 
 def _context() -> Any:
-    """Children fork from a server that has imported this module (fast to start, and safe beside threads)."""
+    """Children fork from a server that has imported the savers' packages (fast to start, and safe
+    beside threads). Not this module itself: run with -m, the server imports it again as __main__."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
+    context.set_forkserver_preload(["benchmarks.contenders", "benchmarks.run", "telar_checkpoint.stores.url"])
     return context
 
 
@@ -582,7 +584,7 @@ def run(settings: Settings, names: list[str], out_dir: Path | None = RESULTS, da
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
-        "machine": {**machine(names, lab), "cpu": _cpu_model()},
+        "machine": {**machine(names, lab), "cpu": _cpu_model(), "load": os.getloadavg()},
         "settings": dataclasses.asdict(settings),
         "savers": names,
         "skipped": skipped,
@@ -672,16 +674,17 @@ def markdown(results: dict[str, Any]) -> str:
         "Written by `python -m benchmarks.scale` (see benchmarks/README.md). Each thread holds three small checkpoints of "
         "one run; each cell is the median time of one call on a thread chosen at random (the JSON keeps every call's "
         "time). Ratio: time at the largest level measured over time at the smallest "
-        f"(the levels in brackets when they are not 100000/100); ✗ marks a ratio above {TARGET:g}, the target for the "
+        f"(the levels in brackets when they are not the table's last and first); ✗ marks a ratio above {TARGET:g}, the target for the "
         "operations across threads (the list and delete_for_runs rows).",
         "",
     ]
     for k, info in enumerate(runs, 1):
         m = info["machine"]
         servers = ", ".join(f"{s} {v}" for s, v in m.get("servers", {}).items())
+        load = f", load average {' '.join(f'{x:.1f}' for x in m['load'])} at the start" if "load" in m else ""
         out.append(
             f"- Run {k}: {info['date']}, commit {m['commit']}, `{info['command']}` ({info['seconds'] / 60:.0f} min); "
-            f"{m['cpu']}, {m['cpu_count']} CPUs, {m['platform']}, Python {m['python']}{'; ' + servers if servers else ''}."
+            f"{m['cpu']}, {m['cpu_count']} CPUs{load}, {m['platform']}, Python {m['python']}{'; ' + servers if servers else ''}."
         )
         out += [f"  - skipped {name}: {why}" for name, why in info["skipped"].items()]
     out += ["", "Fill times (seconds to add the threads up to each level, levels cumulative):", ""]
@@ -691,7 +694,9 @@ def markdown(results: dict[str, Any]) -> str:
         shown = "; ".join(f"{mode}, {workers} worker(s)" for mode, workers in sorted(how))
         which = f" (run {entry['run'] + 1})" if len(runs) > 1 else ""
         out.append(f"- {name}{which}: {fills or 'none'} ({shown})")
-    out += ["", "| saver | operation | " + " | ".join(f"{level:,}" for level in levels) + " | ratio |", "|---" * (len(levels) + 3) + "|"]
+    ends = (str(levels[-1]), str(levels[0])) if levels else ("", "")
+    header = " | ".join(f"{level:,}" for level in levels) + (f" | ratio {levels[-1]:,}/{levels[0]:,}" if levels else "")
+    out += ["", f"| saver | operation | {header} |", "|---" * (len(levels) + 3) + "|"]
     missing: list[str] = []
     for name, entry in savers.items():
         timeout_s = runs[entry["run"]]["settings"]["timeout_s"]
@@ -702,8 +707,10 @@ def markdown(results: dict[str, Any]) -> str:
             shown_ratio = ""
             if found:
                 value, bound, top, bottom = found
-                shown_ratio = f"{'> ' if bound else ''}{value:.3g}{' ✗' if value > TARGET else ''}"
-                shown_ratio += "" if (top, bottom) == ("100000", "100") else f" ({int(top):,}/{int(bottom):,})"
+                shown_ratio = (
+                    f"{'> ' if bound else ''}{value:,.{0 if value >= 100 else 1 if value >= 10 else 2}f}{' ✗' if value > TARGET else ''}"
+                )
+                shown_ratio += "" if (top, bottom) == ends else f" ({int(top):,}/{int(bottom):,})"
             out.append(f"| {name} | {SHOWN[op]} | {' | '.join(cells)} | {shown_ratio} |")
             reasons: dict[str, list[str]] = {}
             for level, cell in by_level.items():
