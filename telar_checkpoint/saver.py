@@ -530,7 +530,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             return
         terms = filter_terms(filter) if filter else None
         if terms is not None:
-            yield from sorted(set.intersection(*(set(self.store.indexed(term)) for term in terms)))
+            yield from _intersection(terms, self.store.indexed)
             return
         after = None
         while page := self.store.sorted_keys(after, KEYS_PAGE):
@@ -544,7 +544,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             return
         terms = filter_terms(filter) if filter else None
         if terms is not None:
-            for thread_id in sorted(set.intersection(*[set(await self.store.aindexed(term)) for term in terms])):
+            async for thread_id in _aintersection(terms, self.store.aindexed):
                 yield thread_id
             return
         after = None
@@ -721,6 +721,52 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         if isinstance(current, str):
             return f"{int(current.split('.')[0]) + 1:032}.{0:016}"
         return int(current) + 1
+
+
+def _intersection(terms: list[str], indexed: Any) -> Iterator[str]:
+    """The keys recorded under every term, in order, a page at a time: one term's keys page by
+    page; several terms' by seeking each in turn to the least key they could share (a zig-zag
+    join), so the cost follows the keys found, not how many keys each term holds."""
+    if len(terms) == 1:
+        start: str | None = None
+        while page := indexed(terms[0], start, KEYS_PAGE):
+            yield from page
+            start = page[-1] + "\x00"
+        return
+    candidate = ""
+    while True:
+        for term in terms:
+            found = indexed(term, candidate, 1)
+            if not found:
+                return
+            if found[0] != candidate:
+                candidate = found[0]
+                break
+        else:
+            yield candidate
+            candidate += "\x00"
+
+
+async def _aintersection(terms: list[str], aindexed: Any) -> AsyncIterator[str]:
+    if len(terms) == 1:
+        start: str | None = None
+        while page := await aindexed(terms[0], start, KEYS_PAGE):
+            for key in page:
+                yield key
+            start = page[-1] + "\x00"
+        return
+    candidate = ""
+    while True:
+        for term in terms:
+            found = await aindexed(term, candidate, 1)
+            if not found:
+                return
+            if found[0] != candidate:
+                candidate = found[0]
+                break
+        else:
+            yield candidate
+            candidate += "\x00"
 
 
 async def _one_thread(thread_id: str) -> AsyncIterator[str]:

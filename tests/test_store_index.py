@@ -28,6 +28,22 @@ def test_indexed_gives_the_keys_recorded_under_a_term_in_order(store: Store) -> 
     assert store.indexed("nothing") == []
 
 
+def test_indexed_pages_from_a_start_key(store: Store) -> None:
+    store = indexing(store)
+    for key in KEYS:
+        store.index(key, ["t"])
+    expected = sorted(KEYS)
+    assert store.indexed("t", limit=2) == expected[:2]
+    assert store.indexed("t", expected[2], 3) == expected[2:5]  # from a key on, that key included
+    assert store.indexed("t", expected[2] + "\x00") == expected[3:]  # just after it
+    assert store.indexed("t", expected[-1] + "\x00") == []
+    pages, start = [], None
+    while page := store.indexed("t", start, 2):
+        pages += page
+        start = page[-1] + "\x00"
+    assert pages == expected
+
+
 def test_index_may_name_a_key_before_its_value_exists(store: Store) -> None:
     """The saver records terms before the write they describe: a key without a value yet."""
     store = indexing(store)

@@ -15,6 +15,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from telar_checkpoint import TelarSaver
+from telar_checkpoint.saver import KEYS_PAGE
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from telar_checkpoint.terms import filter_terms, metadata_terms
@@ -83,6 +84,11 @@ class CountingStore(MemoryStore):
         self.reads["<keys>"] += 1
         return super().keys()
 
+    def indexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
+        found = super().indexed(term, start, limit)
+        self.reads["<indexed keys>"] += len(found)
+        return found
+
 
 def test_delete_for_runs_reads_only_the_threads_of_the_runs() -> None:
     store = CountingStore()
@@ -90,6 +96,7 @@ def test_delete_for_runs_reads_only_the_threads_of_the_runs() -> None:
     fill(saver, 40)
     store.reads.clear()
     saver.delete_for_runs(["run-7", "run-31", "run-none"])
+    assert store.reads.pop("<indexed keys>") == 2
     assert set(store.reads) <= {"t07", "t31"}
     assert store.read("t07") is None and store.read("t31") is None
     assert store.read("t08") is not None
@@ -99,14 +106,22 @@ def test_delete_for_runs_reads_only_the_threads_of_the_runs() -> None:
 def test_list_with_a_limit_reads_only_the_threads_it_needs() -> None:
     store = CountingStore()
     saver = TelarSaver(store)
-    fill(saver, 300)
+    fill(saver, 700)
     saver._histories = type(saver._histories)()  # nothing parsed kept: every thread read counts
     store.reads.clear()
     assert len(list(saver.list(None, limit=4))) == 4
     assert sum(store.reads.values()) <= 2 and "<keys>" not in store.reads
     store.reads.clear()
     assert {t for t, _ in ids(saver.list(None, filter={"run_id": "run-123"}))} == {"t123"}
-    assert set(store.reads) == {"t123"}
+    assert set(store.reads) == {"t123", "<indexed keys>"}
+    for filter in ({"user_id": "u1"}, {"user_id": "u1", "odd": True}, {"odd": True, "source": "loop", "user_id": "u2"}):
+        store.reads.clear()
+        saver._histories = type(saver._histories)()
+        listed = ids(saver.list(None, filter=filter, limit=4))  # 3 checkpoints a thread: 2 threads
+        assert len(listed) == 4 and len({t for t, _ in listed}) == 2
+        indexed = store.reads.pop("<indexed keys>")
+        assert set(store.reads) == {t for t, _ in listed}, filter
+        assert indexed <= KEYS_PAGE + 10, filter  # 117 to 234 threads match each: not all asked for
 
 
 def test_delete_for_runs_keeps_the_terms_a_thread_still_holds(store: Store) -> None:

@@ -109,8 +109,9 @@ class Store(ABC):
     def unindex(self, key: str, terms: Collection[str]) -> None:
         """Forget `terms` for `key` (nothing happens for a term not recorded)."""
 
-    def indexed(self, term: str) -> list[str]:
-        """The keys recorded under `term`, in code point order (a superset of those holding it)."""
+    def indexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
+        """The keys recorded under `term` (a superset of those holding it), in code point order,
+        from `start` on (inclusive: ``key + "\\x00"`` is the next key's least), at most `limit`."""
         raise NotImplementedError(f"{type(self).__name__} keeps no index")
 
     def index_ready(self) -> bool:
@@ -182,8 +183,8 @@ class Store(ABC):
         if self.indexes:
             await asyncio.to_thread(self.unindex, key, terms)
 
-    async def aindexed(self, term: str) -> list[str]:
-        return await asyncio.to_thread(self.indexed, term)
+    async def aindexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
+        return await asyncio.to_thread(self.indexed, term, start, limit)
 
     async def aindex_ready(self) -> bool:
         return await asyncio.to_thread(self.index_ready) if self.indexes else False

@@ -629,8 +629,8 @@ class FileStore(DeferredAppends, Store):
     def unindex(self, key: str, terms: Collection[str]) -> None:
         self._index_db().unindex(key, terms)
 
-    def indexed(self, term: str) -> list[str]:
-        return self._index_db().indexed(term)
+    def indexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
+        return self._index_db().indexed(term, start, limit)
 
     def index_ready(self) -> bool:
         return self._index_db().index_ready()

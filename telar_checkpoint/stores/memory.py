@@ -23,7 +23,7 @@ class MemoryStore(Store):
         self._data: dict[str, list[str]] = {}
         self._versions: dict[str, int] = {}
         self._sorted: list[str] = []  # the keys, in order (kept by bisect as keys come and go)
-        self._terms: dict[str, set[str]] = {}  # term -> keys
+        self._terms: dict[str, list[str]] = {}  # term -> its keys, in order
         self._terms_of: dict[str, set[str]] = {}  # key -> its terms
         self._clock = 0
         self._lock = threading.Lock()
@@ -85,7 +85,10 @@ class MemoryStore(Store):
     def index(self, key: str, terms: Collection[str]) -> None:
         with self._lock:
             for term in terms:
-                self._terms.setdefault(term, set()).add(key)
+                keys = self._terms.setdefault(term, [])
+                at = bisect.bisect_left(keys, key)
+                if at == len(keys) or keys[at] != key:
+                    keys.insert(at, key)
             self._terms_of.setdefault(key, set()).update(terms)
 
     def unindex(self, key: str, terms: Collection[str]) -> None:
@@ -98,13 +101,17 @@ class MemoryStore(Store):
         for term in terms:
             keys = self._terms.get(term)
             if keys is not None:
-                keys.discard(key)
+                at = bisect.bisect_left(keys, key)
+                if at < len(keys) and keys[at] == key:
+                    del keys[at]
                 if not keys:
                     del self._terms[term]
 
-    def indexed(self, term: str) -> list[str]:
+    def indexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
         with self._lock:
-            return sorted(self._terms.get(term, ()))
+            keys = self._terms.get(term, [])
+            first = 0 if start is None else bisect.bisect_left(keys, start)
+            return keys[first : None if limit is None else first + max(limit, 0)]
 
     def index_ready(self) -> bool:
         return True
@@ -141,8 +148,8 @@ class MemoryStore(Store):
     async def aunindex(self, key: str, terms: Collection[str]) -> None:
         self.unindex(key, terms)
 
-    async def aindexed(self, term: str) -> list[str]:
-        return self.indexed(term)
+    async def aindexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
+        return self.indexed(term, start, limit)
 
     async def aindex_ready(self) -> bool:
         return True

@@ -248,8 +248,8 @@ class PostgresStore(Store):
         raw_key, raw_terms = _key(key), [_term(term) for term in terms]
         yield (self._sql.add_terms, (raw_terms, raw_key, _full_key(key))) if add else (self._sql.drop_some_terms, (raw_key, raw_terms))
 
-    def _indexed_steps(self, term: str) -> Steps:
-        rows = yield self._sql.indexed, (_term(term),)
+    def _indexed_steps(self, term: str, start: str | None, limit: int | None) -> Steps:
+        rows = yield self._sql.indexed, (_term(term), b"" if start is None else _bound(start), limit)
         return _decoded([bytes(row[0]) for row in rows])
 
     def _index_ready_steps(self) -> Steps:
@@ -406,8 +406,8 @@ class PostgresStore(Store):
     def unindex(self, key: str, terms: Collection[str]) -> None:
         self._run(self._index_steps(key, terms, add=False))
 
-    def indexed(self, term: str) -> list[str]:
-        return self._run(self._indexed_steps(term))
+    def indexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
+        return self._run(self._indexed_steps(term, start, limit))
 
     def index_ready(self) -> bool:
         return self._run(self._index_ready_steps())
@@ -424,8 +424,8 @@ class PostgresStore(Store):
     async def aunindex(self, key: str, terms: Collection[str]) -> None:
         await self._arun(self._index_steps(key, terms, add=False))
 
-    async def aindexed(self, term: str) -> list[str]:
-        return await self._arun(self._indexed_steps(term))
+    async def aindexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
+        return await self._arun(self._indexed_steps(term, start, limit))
 
     async def aindex_ready(self) -> bool:
         return await self._arun(self._index_ready_steps())
@@ -501,7 +501,9 @@ class _Queries:
         self.add_terms = sql.SQL("INSERT INTO {} SELECT unnest(%s::bytea[]), %s, %s ON CONFLICT DO NOTHING").format(terms)
         self.drop_some_terms = sql.SQL("DELETE FROM {} WHERE key = %s AND term = ANY(%s::bytea[])").format(terms)
         self.drop_terms = sql.SQL("DELETE FROM {} WHERE key = %s").format(terms)
-        self.indexed = sql.SQL("SELECT coalesce(full_key, key) FROM {} WHERE term = %s ORDER BY key").format(terms)
+        self.indexed = sql.SQL(
+            "SELECT coalesce(full_key, key) FROM {} WHERE term = %s AND key >= %s ORDER BY key LIMIT %s"
+        ).format(terms)
         self.sorted_keys = sql.SQL(
             "SELECT coalesce(full_key, key) FROM {} WHERE version <> 0 AND (key > %s OR %s) ORDER BY key LIMIT %s"
         ).format(threads)
@@ -564,6 +566,12 @@ async def _adrive(steps: Steps, conn: psycopg.AsyncConnection[Any]) -> Any:
             query, params = steps.send(await cursor.fetchall() if cursor.description else [])
     except StopIteration as stop:
         return stop.value
+
+
+def _bound(start: str) -> bytes:
+    """Where keys from `start` on begin, in the order of the stored keys: ``key + "\\x00"`` (the
+    least key after `key`) is just after the stored form of `key`, even a long key's hash."""
+    return _key(start[:-1]) + b"\x00" if start.endswith("\x00") else _key(start)
 
 
 def _term(term: str) -> bytes:

@@ -68,7 +68,7 @@ _EMPTY = "SELECT NOT EXISTS (SELECT 1 FROM telar_chunks)"
 _ADD_TERM = "INSERT OR IGNORE INTO telar_terms (term, key) VALUES (?, ?)"
 _DROP_TERM = "DELETE FROM telar_terms WHERE term = ? AND key = ?"
 _DROP_TERMS = "DELETE FROM telar_terms WHERE key = ?"
-_INDEXED = "SELECT key FROM telar_terms WHERE term = ? ORDER BY key"
+_INDEXED = "SELECT key FROM telar_terms WHERE term = ? AND key >= ? ORDER BY key LIMIT ?"
 _SORTED_KEYS = "SELECT DISTINCT key FROM telar_chunks WHERE key >= ? ORDER BY key LIMIT ?"
 _RECORD_VERSION = f"INSERT OR IGNORE INTO telar_meta (name, value) VALUES ('schema_version', '{SCHEMA_VERSION}')"
 _V1_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'telar_histories'"
@@ -399,9 +399,10 @@ class SQLiteStore(DeferredAppends, Store):
         with self._index_commit() as conn:
             conn.executemany(_DROP_TERM, [(_encode(term), raw_key) for term in terms])
 
-    def indexed(self, term: str) -> list[str]:
+    def indexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
+        params = (_encode(term), b"" if start is None else _encode(start), -1 if limit is None else limit)
         with self._connection() as conn:
-            return _decoded_keys(conn.execute(_INDEXED, (_encode(term),)).fetchall())
+            return _decoded_keys(conn.execute(_INDEXED, params).fetchall())
 
     def index_ready(self) -> bool:
         with self._connection() as conn:
