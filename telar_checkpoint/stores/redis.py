@@ -8,7 +8,7 @@ Keys, under the store's prefix (schema 3); ``id`` is the raw UTF-8 bytes of the 
 ``h:`` + part       the thread's value: the exact UTF-8 bytes of its history
 ``v:`` + part       its version token: random bytes drawn anew by every write
 ``t:`` + part       the set of its index terms (so that a delete can drop them)
-``i:`` + term       the set of the ids recorded under the term (`Store.index`)
+``i:`` + term       the ids recorded under the term (`Store.index`), a sorted set (score 0)
 ``keys``            every id holding a value, a sorted set (score 0) read by ``ZRANGEBYLEX``
 ``index``           ``ready`` once the index covers every value
 ``schema``          the schema version
@@ -399,13 +399,13 @@ class RedisStore(Store):
         sets, then look again, restoring what a write that raced the delete recorded meanwhile
         (`index` records the thread's own terms before the terms' sets)."""
         for term in terms:
-            yield ("SREM", self._term_keys + term, raw)
+            yield ("ZREM", self._term_keys + term, raw)
         yield ("ZREM", self._key_set, raw)
         exists, now = yield _Eval(scripts.LOOK_AGAIN, [keys[0], keys[2]], [])
         if exists:
             yield ("ZADD", self._key_set, 0, raw)
         for term in set(terms) & set(now):
-            yield ("SADD", self._term_keys + term, raw)
+            yield ("ZADD", self._term_keys + term, 0, raw)
 
     def _index_steps(self, key: str, terms: Collection[str], add: bool) -> Steps:
         raw = encode(key)
@@ -414,18 +414,18 @@ class RedisStore(Store):
             return
         own = self._thread_keys(raw)[2]
         if not self.cluster:
-            yield _Eval(scripts.INDEX, [own], ["SADD" if add else "SREM", raw, self._term_keys, *encoded])
+            yield _Eval(scripts.INDEX, [own], ["add" if add else "remove", raw, self._term_keys, *encoded])
         elif add:  # the thread's own set first: a delete racing this finds the terms there (`_cleanup_steps`)
             yield ("SADD", own, *encoded)
             for term in encoded:
-                yield ("SADD", self._term_keys + term, raw)
+                yield ("ZADD", self._term_keys + term, 0, raw)
         else:
             for term in encoded:
-                yield ("SREM", self._term_keys + term, raw)
+                yield ("ZREM", self._term_keys + term, raw)
             yield ("SREM", own, *encoded)
 
-    def _indexed_steps(self, term: str) -> Steps:
-        return sorted(_ids((yield ("SMEMBERS", self._term_keys + encode(term)))))
+    def _indexed_steps(self, term: str, start: str | None, limit: int | None) -> Steps:
+        return (yield from self._range_steps(self._term_keys + encode(term), b"-" if start is None else b"[" + encode(start), limit))
 
     def _index_ready_steps(self) -> Steps:
         self._index_ready = self._index_ready or (yield ("GET", self._index_key)) == b"ready"
@@ -440,11 +440,14 @@ class RedisStore(Store):
         self._index_ready = True
 
     def _sorted_keys_steps(self, after: str | None, limit: int | None) -> Steps:
+        return (yield from self._range_steps(self._key_set, b"-" if after is None else b"(" + encode(after), limit))
+
+    def _range_steps(self, sorted_set: bytes, start: bytes, limit: int | None) -> Steps:
+        """The ids of a sorted set (score 0) from `start` (ZRANGEBYLEX's form) on, at most `limit`."""
         if limit is not None and limit <= 0:
             return []
-        start = b"-" if after is None else b"(" + encode(after)
         page = () if limit is None else ("LIMIT", 0, limit)
-        return _ids((yield ("ZRANGEBYLEX", self._key_set, start, b"+", *page)))
+        return _ids((yield ("ZRANGEBYLEX", sorted_set, start, b"+", *page)))
 
     def _schema_steps(self) -> Steps:
         return int((yield ("GET", self._schema_key)))
@@ -497,8 +500,8 @@ class RedisStore(Store):
     def unindex(self, key: str, terms: Collection[str]) -> None:
         self._run(self._index_steps(key, terms, False))
 
-    def indexed(self, term: str) -> list[str]:
-        return self._run(self._indexed_steps(term))  # type: ignore[no-any-return]
+    def indexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
+        return self._run(self._indexed_steps(term, start, limit))  # type: ignore[no-any-return]
 
     def index_ready(self) -> bool:
         return self._index_ready or bool(self._run(self._index_ready_steps()))
@@ -631,8 +634,8 @@ class RedisStore(Store):
     async def aunindex(self, key: str, terms: Collection[str]) -> None:
         await self._arun(self._index_steps(key, terms, False))
 
-    async def aindexed(self, term: str) -> list[str]:
-        return await self._arun(self._indexed_steps(term))  # type: ignore[no-any-return]
+    async def aindexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
+        return await self._arun(self._indexed_steps(term, start, limit))  # type: ignore[no-any-return]
 
     async def aindex_ready(self) -> bool:
         return self._index_ready or bool(await self._arun(self._index_ready_steps()))

@@ -46,7 +46,7 @@ local function forget(id, term_prefix)
   local terms = redis.call('SMEMBERS', KEYS[3])
   redis.call('DEL', KEYS[3])
   if not KEYS[4] then return terms end
-  for _, term in ipairs(terms) do redis.call('SREM', term_prefix .. term, id) end
+  for _, term in ipairs(terms) do redis.call('ZREM', term_prefix .. term, id) end
   redis.call('ZREM', KEYS[4], id)
   return {}
 end
@@ -90,11 +90,17 @@ return forget(ARGV[1], ARGV[2])
 """
 )
 
-# KEYS: the thread's terms. ARGV: 'SADD' or 'SREM', id, term key prefix, terms (single server only).
+# KEYS: the thread's terms. ARGV: 'add' or 'remove', id, term key prefix, terms (single server only).
+# A term's ids are a sorted set (score 0), read a page at a time by ZRANGEBYLEX.
 _INDEX_LUA = """
 for i = 4, #ARGV do
-  redis.call(ARGV[1], KEYS[1], ARGV[i])
-  redis.call(ARGV[1], ARGV[3] .. ARGV[i], ARGV[2])
+  if ARGV[1] == 'add' then
+    redis.call('SADD', KEYS[1], ARGV[i])
+    redis.call('ZADD', ARGV[3] .. ARGV[i], 0, ARGV[2])
+  else
+    redis.call('SREM', KEYS[1], ARGV[i])
+    redis.call('ZREM', ARGV[3] .. ARGV[i], ARGV[2])
+  end
 end
 return 1
 """
