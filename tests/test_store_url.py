@@ -119,3 +119,21 @@ def test_local_path_and_scheme_read_every_form_once() -> None:
         "memory://": ("memory", None),
     }
     assert {url: (scheme(url), local_path(url)) for url in cases} == cases
+
+
+def test_a_missing_driver_is_named_and_another_import_error_is_not_taken_for_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found: any ImportError while loading a server store's module said "the redis package is not installed"."""
+    import importlib
+
+    from telar_checkpoint.stores import url as url_module
+
+    def broken(name: str, *args: object) -> object:
+        raise ImportError("cannot import name 'something' from a half-edited module")
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    with pytest.raises(ImportError, match="half-edited"):
+        url_module.open_store("redis://127.0.0.1:6379/0")
+    monkeypatch.setitem(sys.modules, "redis", None)  # as if not installed: importing it raises ImportError
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "redis" else object())
+    with pytest.raises(UsageError, match=r"the redis package is not installed; pip install 'telar-checkpoint\[redis\]'"):
+        url_module.open_store("redis://127.0.0.1:6379/0")

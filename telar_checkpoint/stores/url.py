@@ -13,6 +13,7 @@ the CLI and migration too.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,8 @@ def _server_store(kind: str, url: str, options: dict[str, Any]) -> Store:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        if importlib.util.find_spec(driver) is not None:  # the driver is there: the error is another
+            raise
         raise UsageError(
             f"store URL {shown(url)!r}: the {driver} package is not installed; "
             f"pip install 'telar-checkpoint[{kind}]'"
