@@ -494,6 +494,22 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             await self.store.aindex(thread_id, self._history_terms(thread_id, text))
             self._recorded.pop(thread_id, None)
 
+    def rebuild_index(self) -> int:
+        """Record the index terms of every thread the store holds, reading each once, then note
+        the index ready; the number of threads read. The saver does this itself before it first
+        uses an index that is not ready; call it after editing a file store's threads by hand."""
+        count = 0
+        if self.store.indexes:
+            for thread_id in list(self.store.keys()):
+                text = self.store.read(thread_id)
+                if text is not None:
+                    self.store.index(thread_id, self._history_terms(thread_id, text))
+                    count += 1
+            self.store.set_index_ready()
+        self._recorded.clear()
+        self._index_checked = self.store.indexes
+        return count
+
     def _index_usable(self) -> bool:
         """Whether to look threads up in the store's index, rebuilding it first when it is not
         ready (a store written by a release without one): once per saver."""
@@ -501,11 +517,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             return False
         if not self._index_checked:
             if not self.store.index_ready():
-                for thread_id in list(self.store.keys()):
-                    text = self.store.read(thread_id)
-                    if text is not None:
-                        self.store.index(thread_id, self._history_terms(thread_id, text))
-                self.store.set_index_ready()
+                self.rebuild_index()
             self._index_checked = True
         return True
 

@@ -4,6 +4,7 @@ give what a scan of every thread gives, on every store; an index that is missing
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from collections import Counter
@@ -243,3 +244,20 @@ def test_values_that_compare_equal_share_a_term() -> None:
     assert metadata_terms({"x": "1"}) != metadata_terms({"x": 1})
     long = metadata_terms({"x": "v" * 1000})
     assert len(next(iter(long))) < 100
+
+
+def test_reindex_finds_a_run_typed_into_a_file_by_hand(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A hand edit after the index was made is not seen until `reindex` (the CLI, or rebuild_index)."""
+    from telar_checkpoint.cli import main
+
+    store = FileStore(tmp_path / "s")
+    saver = TelarSaver(store)
+    fill(saver, 3)
+    path = store.path("t01")
+    path.write_text(path.read_text().replace('"run-1"', '"typed-by-hand"'))
+    assert list(saver.list(None, filter={"run_id": "typed-by-hand"})) == []  # the index has not seen it
+    assert main(["reindex", str(tmp_path / "s")]) == 0
+    assert capsys.readouterr().out == "indexed 3 threads\n"
+    assert {t for t, _ in ids(TelarSaver(FileStore(tmp_path / "s")).list(None, filter={"run_id": "typed-by-hand"}))} == {"t01"}
+    assert main(["reindex", "--json", str(tmp_path / "s")]) == 0
+    assert json.loads(capsys.readouterr().out) == {"reindexed": 3}

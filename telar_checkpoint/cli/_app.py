@@ -180,6 +180,8 @@ def build_app(version: str) -> click.Group:
             [_thread(optional="only this thread (default: all)"),
              click.Option(["--keep"], metavar="N", type=_Positive(), required=True,
                           help="checkpoints to keep (at least 1)"), _yes()], progress=True)
+    _command(app, "reindex", "rebuild the index that list(None) and delete_for_runs look threads up in",
+            "telar-checkpoint reindex ./.telar-checkpoint", manage.cmd_reindex)
     _command(app, "delete", "delete a thread and all its checkpoints",
             "telar-checkpoint delete ./.telar-checkpoint my-thread --yes", manage.cmd_delete, [_thread(), _yes()])
     _command(app, "repair", "keep every line of a damaged thread that reads; drop the rest (the original is kept)",

@@ -10,9 +10,10 @@ from telar_checkpoint.cli import EXIT_CORRUPT, EXIT_FAILED
 from telar_checkpoint.cli._commands import opened
 from telar_checkpoint.cli._output import ProgressBar, confirm, plural, table, to_json
 from telar_checkpoint.codec import CheckpointCodec
-from telar_checkpoint.errors import StoredDataError
+from telar_checkpoint.errors import StoredDataError, UsageError
 from telar_checkpoint.history import History
 from telar_checkpoint.inspection import read_thread, stored_size
+from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.stores.base import Store
 
 
@@ -82,6 +83,18 @@ def cmd_trim(args: types.SimpleNamespace) -> int:
     elif plans:
         print(f"trimmed {plural(len(plans), 'thread')}: {plural(removed, 'checkpoint')} removed")
     return EXIT_CORRUPT if corrupt else 0
+
+
+def cmd_reindex(args: types.SimpleNamespace) -> int:
+    with opened(args.url) as store:
+        if not store.indexes:
+            raise UsageError(f"the {store.kind} store keeps no index")
+        count = TelarSaver(store).rebuild_index()
+    if args.json:
+        print(to_json({"reindexed": count}))
+    else:
+        print(f"indexed {plural(count, 'thread')}")
+    return 0
 
 
 def cmd_delete(args: types.SimpleNamespace) -> int:

@@ -121,7 +121,6 @@ class FileStore(DeferredAppends, Store):
         self.fsync = fsync
         self.lock_timeout = lock_timeout
         self._make_root(create)
-        self.create = create
         self._index: FileIndex | None = None
         self._texts: OrderedDict[str, tuple[Signature, str]] = OrderedDict()  # the last texts, by thread
         self._handles: OrderedDict[str, Handle] = OrderedDict()  # by thread, most recent last
@@ -610,12 +609,12 @@ class FileStore(DeferredAppends, Store):
     indexes = True
 
     def _index_db(self) -> FileIndex:
-        """The index database, made on first use (not ready when the directory holds histories)."""
+        """The index database, made on first use (not ready when the directory holds histories); the
+        commands that only read never use it, so a store opened with `create=False` makes it only
+        for `reindex`."""
         if self._index is None:
             with self._guard:
                 if self._index is None:
-                    if not self.create and not os.path.exists(os.path.join(self._root, INDEX_DIR)):
-                        raise UsageError(f"{self._root} has no index, and this store may not create one (create=False)")
                     os.close(self._directory([INDEX_DIR], None))  # made with the store's mode, durably
                     index = FileIndex(self._root, mode=self.mode, fsync=self.fsync, timeout=self.lock_timeout)
                     if index.new and any(key is not None for _relative, key in self._entries()):
