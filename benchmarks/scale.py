@@ -3,7 +3,8 @@
     python -m benchmarks.scale --quick                 # levels 100,1000, a smoke run under a minute
     python -m benchmarks.scale                         # levels 100,10000,100000
     python -m benchmarks.scale --levels 100,10000 --only Telar/sqlite,SqliteSaver
-    python -m benchmarks.scale --fill text             # TelarSaver stores: copies of one encoded history
+    python -m benchmarks.scale --fill text             # TelarSaver stores: copies of one encoded history,
+                                                       # each indexed as a migration does (record_terms)
 
 Each saver is filled with N threads, cumulatively (100, then up to 10^4, ...), each the
 history of one run: three checkpoints whose metadata holds `source`, `step`, `parents`, the
@@ -76,7 +77,7 @@ class Settings:
     reps: int = 5  # calls per operation and level; the median is reported
     timeout_s: float = 60.0  # a call taking longer is reported as "> timeout_s"
     op_budget_s: float = 20.0  # stop repeating an operation at a level once its calls took this long
-    fill: str = "put"  # "put": every checkpoint through saver.put; "text": TelarSaver stores get copies of one history
+    fill: str = "put"  # "put": every checkpoint through saver.put; "text": copies of one history, indexed (record_terms)
     fill_workers: int | None = None  # threads filling a saver (None: 1 for in-process savers, 8 for the others)
     fill_budget_s: float = 3600.0  # a fill taking longer ends that saver's run
     jobs: int = 1  # savers measured at once (more than 1 disturbs the times: for smoke runs)
@@ -287,10 +288,18 @@ class Bench:
     def fill(self, level: int, todo: list[int]) -> float:
         """Store threads `todo`, telling the parent how far it got each second; the seconds it took."""
         if self.mode == "text":
-            text, store = history_text(self.ids), self.saver.store  # type: ignore[attr-defined]
-            write: Callable[[int], None] = lambda i: store.write(self.ids.thread(i), text(i))  # noqa: E731
+            text, saver = history_text(self.ids), self.saver
+
+            def write(i: int) -> None:  # as a migration writes a whole history: its terms first
+                thread, history = self.ids.thread(i), text(i)
+                saver.record_terms(thread, history)  # type: ignore[attr-defined]
+                saver.store.write(thread, history)  # type: ignore[attr-defined]
+
         else:
-            write = lambda i: put_history(self.saver, self.ids.thread(i), self.ids.run(i), self.ids.user(i))  # noqa: E731
+
+            def write(i: int) -> None:
+                put_history(self.saver, self.ids.thread(i), self.ids.run(i), self.ids.user(i))
+
         chunks = [todo[j : j + 100] for j in range(0, len(todo), 100)]
         start, done = time.perf_counter(), 0
 
@@ -733,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--million", action="store_true", help="allow levels above 100000 (a 10^6 fill takes hours)")
     parser.add_argument("--only", help=f"comma-separated savers (default: all of {', '.join(ALL)})")
     parser.add_argument("--fill", choices=("put", "text"), help="put (default): every checkpoint through saver.put; "
-                        "text: TelarSaver stores get copies of one encoded history (no index is recorded)")  # fmt: skip
+                        "text: TelarSaver stores get copies of one encoded history, their terms recorded as a migration does")  # fmt: skip
     parser.add_argument("--fill-workers", type=int, help="threads filling each saver (default: 1 in-process, 8 otherwise)")
     parser.add_argument("--reps", type=int, help="calls per operation and level (full: 5)")
     parser.add_argument("--jobs", type=int, help="savers measured at once (full: 1; quick: 3, which disturbs the times)")
