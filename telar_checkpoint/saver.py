@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Generator, Hashable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, cast
 
@@ -735,34 +735,19 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return int(current) + 1
 
 
-def _intersection(terms: list[str], indexed: Any) -> Iterator[str]:
-    """The keys recorded under every term, in order, a page at a time: one term's keys page by
-    page; several terms' by seeking each in turn to the least key they could share (a zig-zag
-    join), so the cost follows the keys found, not how many keys each term holds."""
-    if len(terms) == 1:
-        start: str | None = None
-        while page := indexed(terms[0], start, KEYS_PAGE):
-            yield from page
-            start = page[-1] + "\x00"
-        return
-    candidate = ""
-    while True:
-        for term in terms:
-            found = indexed(term, candidate, 1)
-            if not found:
-                return
-            if found[0] != candidate:
-                candidate = found[0]
-                break
-        else:
-            yield candidate
-            candidate += "\x00"
+Lookup = tuple[str, "str | None", int]
+"""An index lookup: a term, the key to start from (None: the first), how many keys at most."""
 
 
-async def _aintersection(terms: list[str], aindexed: Any) -> AsyncIterator[str]:
+def _intersection_steps(terms: list[str]) -> Generator[Lookup | str, list[str] | None, None]:
+    """The keys recorded under every term, in order, a page at a time, written once for the sync
+    and async drivers: it yields a `Lookup` and is sent the keys found, or yields a key it found.
+    One term's keys come page by page; several terms' by seeking each in turn to the least key
+    they could share (a zig-zag join), so the cost follows the keys found, not how many keys each
+    term holds."""
     if len(terms) == 1:
         start: str | None = None
-        while page := await aindexed(terms[0], start, KEYS_PAGE):
+        while page := (yield (terms[0], start, KEYS_PAGE)):
             for key in page:
                 yield key
             start = page[-1] + "\x00"
@@ -770,7 +755,7 @@ async def _aintersection(terms: list[str], aindexed: Any) -> AsyncIterator[str]:
     candidate = ""
     while True:
         for term in terms:
-            found = await aindexed(term, candidate, 1)
+            found = yield (term, candidate, 1)
             if not found:
                 return
             if found[0] != candidate:
@@ -779,6 +764,33 @@ async def _aintersection(terms: list[str], aindexed: Any) -> AsyncIterator[str]:
         else:
             yield candidate
             candidate += "\x00"
+
+
+def _intersection(terms: list[str], indexed: Any) -> Iterator[str]:
+    steps, reply = _intersection_steps(terms), None
+    while (step := _next(steps, reply)) is not None:
+        if isinstance(step, str):
+            reply = None
+            yield step
+        else:
+            reply = indexed(*step)
+
+
+async def _aintersection(terms: list[str], aindexed: Any) -> AsyncIterator[str]:
+    steps, reply = _intersection_steps(terms), None
+    while (step := _next(steps, reply)) is not None:
+        if isinstance(step, str):
+            reply = None
+            yield step
+        else:
+            reply = await aindexed(*step)
+
+
+def _next(steps: Generator[Lookup | str, list[str] | None, None], reply: list[str] | None) -> Lookup | str | None:
+    try:
+        return steps.send(reply)
+    except StopIteration:
+        return None
 
 
 async def _one_thread(thread_id: str) -> AsyncIterator[str]:
