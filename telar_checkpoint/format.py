@@ -5,9 +5,12 @@ Three kinds of line exist. A ``checkpoint`` line holds one checkpoint; a
 `put_writes` is an append); a ``dropped`` line remembers, per namespace, which
 checkpoint ids were replaced or trimmed. A line saved inside a subgraph carries
 its namespace (and, for checkpoints, the parents map) and is format version 2;
-every other line is version 1. `step` and `source` on a checkpoint line are
-projections for people and tools: they are written, and ignored on read.
-docs/FORMAT.md is the full specification.
+every other line is version 1; a line that uses a feature added after them
+(appended lists, `$same` references, `deleted` ids) is version 3, so a reader
+that predates the feature refuses it instead of misreading it. Every field is
+known: a line with a field its version does not have is refused. `step` and
+`source` on a checkpoint line are projections for people and tools: they are
+written, and ignored on read. docs/FORMAT.md is the full specification.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from telar_checkpoint.errors import CorruptLineError, SerializationError, Unknow
 
 FORMAT_V1 = 1  # root-namespace lines (no subgraph); readable by every release
 FORMAT_V2 = 2  # lines saved inside a subgraph: adds "ns" and "parents"
+# Lines that use what versions 1 and 2 did not have when they were released: "appended" lists and
+# "$same" values on checkpoint lines, "deleted" on dropped lines; in any namespace ("ns" optional).
+FORMAT_V3 = 3
 # orjson reads 1024 levels of nesting but writes 255: a line's metadata and plain checkpoint
 # fields are written again (a rewrite, a record handed to LangGraph), so deeper ones are refused.
 MAX_FIELD_DEPTH = 200
@@ -83,11 +89,28 @@ def is_same(value: Any) -> bool:
     return type(value) is dict and len(value) == 1 and SAME_TAG in value
 
 
-def _head(kind: str, ns: str) -> dict[str, Any]:
-    """The start of every line: its format version (2 inside a subgraph, else 1), kind and namespace."""
+def _head(kind: str, ns: str, *, newer: bool = False) -> dict[str, Any]:
+    """The start of every line: its format version, kind and namespace. The version is the oldest
+    whose reader reads the line right: 3 if it uses a feature added after 1 and 2 (`newer`),
+    else 2 inside a subgraph, else 1."""
+    version = FORMAT_V3 if newer else FORMAT_V2 if ns else FORMAT_V1
     if ns:
-        return {"format": FORMAT_V2, "kind": kind, "ns": ns}
-    return {"format": FORMAT_V1, "kind": kind}
+        return {"format": version, "kind": kind, "ns": ns}
+    return {"format": version, "kind": kind}
+
+
+def uses_version_3(line: CheckpointLine | DroppedLine) -> bool:
+    """Whether a line uses a feature of version 3: appended lists or `$same` values, deleted ids."""
+    if isinstance(line, DroppedLine):
+        return bool(line.deleted)
+    return bool(line.appended) or any(map(is_same, line.values.values()))
+
+
+def line_version(line: Line) -> int:
+    """The format version the writer gives `line` (see `_head`)."""
+    if not isinstance(line, WritesLine) and uses_version_3(line):
+        return FORMAT_V3
+    return FORMAT_V2 if line.ns else FORMAT_V1
 
 
 def _dumps(obj: dict[str, Any]) -> str:
@@ -107,7 +130,7 @@ def plain_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
 
 def write_checkpoint(line: CheckpointLine) -> str:
     """The JSON text of a checkpoint line (no newline)."""
-    doc = _head("checkpoint", line.ns)
+    doc = _head("checkpoint", line.ns, newer=uses_version_3(line))
     doc["step"] = line.metadata.get("step")
     doc["source"] = line.metadata.get("source")
     doc["id"] = line.id
@@ -136,7 +159,7 @@ def write_writes(line: WritesLine) -> str:
 
 
 def write_dropped(line: DroppedLine) -> str:
-    doc = _head("dropped", line.ns)
+    doc = _head("dropped", line.ns, newer=uses_version_3(line))
     doc["floor"] = line.floor
     doc["replaced"] = line.replaced
     if line.deleted:
@@ -267,21 +290,62 @@ _KINDS: dict[str, Callable[[_Fields, str], Line]] = {
 }
 
 
+# The fields each kind of line may carry in the root namespace; a subgraph's line adds "ns" and, on
+# checkpoints, "parents". Every field a release ever wrote is here, so every stored thread reads; a
+# line with any other field is refused, not read without it (it may mean what this release cannot
+# tell). Versions 1 and 2 know "appended" and "deleted" too: releases before version 3 wrote them
+# there, and such lines stay stored. A new field comes with a new version and its own table.
+ROOT_FIELDS: dict[str, frozenset[str]] = {
+    "checkpoint": frozenset(
+        {"format", "kind", "step", "source", "id", "parent", "metadata", "checkpoint", "extra", "values", "appended"}
+    ),
+    "writes": frozenset({"format", "kind", "checkpoint", "task", "path", "writes"}),
+    "dropped": frozenset({"format", "kind", "floor", "replaced", "deleted"}),
+}
+SUBGRAPH_FIELDS: dict[str, frozenset[str]] = {
+    kind: fields | {"ns"} | ({"parents"} if kind == "checkpoint" else set()) for kind, fields in ROOT_FIELDS.items()
+}
+# Fields written for people and tools (jq, grep): known, and ignored on read.
+PROJECTIONS: dict[str, frozenset[str]] = {"checkpoint": frozenset({"step", "source"})}
+
+
+def _read_kind(f: _Fields, version: int, ns: str) -> Line:
+    kind = f.get("kind", str)
+    unknown = f.doc.keys() - (SUBGRAPH_FIELDS if ns else ROOT_FIELDS)[kind]
+    if unknown:
+        where = "a subgraph's" if ns else "a root"
+        raise UnknownFormatError(
+            f"a version {version} {kind} line has field {min(unknown)!r}, which {where} {kind} line of that "
+            "version does not have; refusing to read the line without it (a newer release may have "
+            "written it: upgrade telar-checkpoint; a field added by hand can be removed)",
+            thread_id=f.thread_id,
+            line=f.line_no,
+        )
+    return _KINDS[kind](f, ns)
+
+
 def _read_v1(f: _Fields) -> Line:
     if "ns" in f.doc:
         raise f.fail("a version 1 line has no namespace; lines saved inside a subgraph are version 2")
-    return _KINDS[f.get("kind", str)](f, "")
+    return _read_kind(f, FORMAT_V1, "")
 
 
 def _read_v2(f: _Fields) -> Line:
     ns = f.get("ns", str)
     if not ns:
         raise f.fail("a version 2 line carries a non-empty namespace")
-    return _KINDS[f.get("kind", str)](f, ns)
+    return _read_kind(f, FORMAT_V2, ns)
+
+
+def _read_v3(f: _Fields) -> Line:
+    ns = f.get("ns", str, optional=True)
+    if ns == "" or (ns is None and "ns" in f.doc):
+        raise f.fail("a version 3 line's namespace, when it has one, is non-empty text")
+    return _read_kind(f, FORMAT_V3, ns or "")
 
 
 # Readers by format version. Never delete one: every stored version stays readable.
-READERS: dict[int, Callable[[_Fields], Line]] = {FORMAT_V1: _read_v1, FORMAT_V2: _read_v2}
+READERS: dict[int, Callable[[_Fields], Line]] = {FORMAT_V1: _read_v1, FORMAT_V2: _read_v2, FORMAT_V3: _read_v3}
 
 
 def read_line(text: str, thread_id: str | None, line_no: int) -> Line:

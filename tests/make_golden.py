@@ -3,17 +3,69 @@ golden files pin the format, so an existing file is never regenerated."""
 
 from __future__ import annotations
 
+import operator
 import sys
 from pathlib import Path
+from typing import Annotated, TypedDict
+
+from langgraph.graph import START, StateGraph
+from langgraph.types import interrupt
 
 from telar_checkpoint import MemoryStore, TelarSaver
 from telar_checkpoint.history import History
-from tests.graphs import multi_step, nested_subgraphs, with_interrupt
+from tests.graphs import multi_step, nested_subgraphs, resume, with_interrupt
 
 
 def _twice() -> object:
     """A graph whose log list grows over two runs: its lines hold "appended"."""
     return multi_step()
+
+
+class Profiled(TypedDict):
+    profile: dict
+    log: Annotated[list[str], operator.add]
+
+
+def _version_3() -> StateGraph:
+    """A parent graph whose subgraph asks (interrupt): its log grows ("appended") and its profile, a
+    dict set once, is stored by reference ("$same"), in the root namespace and in the subgraph's."""
+
+    def ask(s: Profiled) -> dict:
+        return {"log": [f"answered {interrupt('approve?')}"]}
+
+    inner = StateGraph(Profiled)
+    inner.add_node("inner_start", lambda s: {"log": ["inner start"]})
+    inner.add_node("inner_ask", ask)
+    inner.add_edge(START, "inner_start")
+    inner.add_edge("inner_start", "inner_ask")
+    parent = StateGraph(Profiled)
+    parent.add_node("start", lambda s: {"log": ["parent start"]})
+    parent.add_node("child", inner.compile())
+    parent.add_node("end", lambda s: {"log": ["parent end"]})
+    parent.add_edge(START, "start")
+    parent.add_edge("start", "child")
+    parent.add_edge("child", "end")
+    return parent
+
+
+def _write_version_3(path: Path) -> None:
+    """v3.jsonl: two runs, the second paused in its subgraph, then the first deleted (delete_for_runs):
+    checkpoint lines with "appended" and "$same" (root and subgraph) and a dropped line with "deleted"."""
+    store = MemoryStore()
+    saver = TelarSaver(store)
+    graph = _version_3().compile(checkpointer=saver)
+
+    def config(run: str) -> dict:
+        return {"configurable": {"thread_id": "g"}, "metadata": {"run_id": run}}
+
+    graph.invoke({"profile": {"name": "golden", "tags": ["a", "b"]}, "log": []}, config("run-1"))
+    graph.invoke(resume("yes"), config("run-1"))
+    graph.invoke({"log": ["again"]}, config("run-2"))
+    graph.invoke(resume("later"), config("run-2"))
+    graph.invoke({"log": ["third"]}, config("run-3"))
+    saver.delete_for_runs(["run-1"])
+    path.write_text(History.parse("g", store.read("g")).render(), encoding="utf-8")
+
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -31,6 +83,12 @@ def main() -> None:
         if build is _twice:
             graph.invoke({"request": "again", "log": ["more"]}, {"configurable": {"thread_id": "g"}})
         path.write_text(History.parse("g", store.read("g")).render(), encoding="utf-8")
+        print(f"wrote {path}")
+    path = GOLDEN / "v3.jsonl"
+    if path.exists():
+        print(f"{path} exists; golden files are never regenerated", file=sys.stderr)
+    else:
+        _write_version_3(path)
         print(f"wrote {path}")
 
 
