@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 from typing import Annotated, TypedDict
 
+import orjson
 from langgraph.graph import START, StateGraph
 from langgraph.types import interrupt
 
-from telar_checkpoint import MemoryStore, TelarSaver
+from telar_checkpoint import CheckpointCodec, MemoryStore, TelarSaver
 from telar_checkpoint.history import History
 from tests.graphs import multi_step, nested_subgraphs, resume, with_interrupt
 
@@ -70,6 +71,37 @@ def _write_version_3(path: Path) -> None:
 GOLDEN = Path(__file__).parent / "golden"
 
 
+def read_records(text: str) -> dict:
+    """What a golden file reads as, in plain JSON: its records (values encoded by the default
+    JsonSerializer) and each namespace's dropped ids. `<name>.records.json` pins it."""
+    codec = CheckpointCodec()
+    records = [
+        codec.values.encode(
+            {
+                "ns": r.checkpoint_ns,
+                "parent": r.parent_id,
+                "metadata": r.metadata,
+                "checkpoint": r.checkpoint,
+                "writes": [[w.task_id, w.task_path, w.idx, w.channel, w.value] for w in r.writes],
+            }
+        )
+        for r in codec.decode_history("g", text)
+    ]
+    dropped = {
+        ns: {"floor": d.floor, "replaced": d.replaced, "deleted": d.deleted}
+        for ns, d in sorted(History.parse("g", text).dropped.items())
+    }
+    return {"records": records, "dropped": dropped}
+
+
+def write_records(path: Path) -> None:
+    """`<name>.records.json` for golden file `path`: written once, from the reader of its time."""
+    pinned = path.with_name(path.name.removesuffix(".jsonl") + ".records.json")
+    if not pinned.exists():
+        pinned.write_bytes(orjson.dumps(read_records(path.read_text(encoding="utf-8")), option=orjson.OPT_INDENT_2) + b"\n")
+        print(f"wrote {pinned}")
+
+
 def main() -> None:
     graphs = (("v1.jsonl", with_interrupt), ("v2.jsonl", lambda: nested_subgraphs(1)), ("v1-appended.jsonl", _twice))
     for name, build in graphs:
@@ -84,12 +116,15 @@ def main() -> None:
             graph.invoke({"request": "again", "log": ["more"]}, {"configurable": {"thread_id": "g"}})
         path.write_text(History.parse("g", store.read("g")).render(), encoding="utf-8")
         print(f"wrote {path}")
+    for path in sorted(GOLDEN.glob("*.jsonl")):
+        write_records(path)
     path = GOLDEN / "v3.jsonl"
     if path.exists():
         print(f"{path} exists; golden files are never regenerated", file=sys.stderr)
     else:
         _write_version_3(path)
         print(f"wrote {path}")
+        write_records(path)
 
 
 if __name__ == "__main__":
