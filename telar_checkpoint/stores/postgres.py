@@ -260,7 +260,10 @@ class PostgresStore(Store):
         yield self._sql.set_index_ready, ()
 
     def _sorted_keys_steps(self, after: str | None, limit: int | None) -> Steps:
-        rows = yield self._sql.sorted_keys, (b"" if after is None else _key(after), after is None, limit)
+        if after is None:
+            rows = yield self._sql.first_keys, (limit,)
+        else:
+            rows = yield self._sql.keys_after, (_key(after), limit)
         return _decoded([bytes(row[0]) for row in rows])
 
     def _keys_steps(self) -> Steps:
@@ -504,8 +507,11 @@ class _Queries:
         self.indexed = sql.SQL(
             "SELECT coalesce(full_key, key) FROM {} WHERE term = %s AND key >= %s ORDER BY key LIMIT %s"
         ).format(terms)
-        self.sorted_keys = sql.SQL(
-            "SELECT coalesce(full_key, key) FROM {} WHERE version <> 0 AND (key > %s OR %s) ORDER BY key LIMIT %s"
+        # Two statements, not one with "(key > %s OR first)": an OR there keeps the planner from the
+        # primary key's range, and it reads every thread.
+        self.first_keys = sql.SQL("SELECT coalesce(full_key, key) FROM {} WHERE version <> 0 ORDER BY key LIMIT %s").format(threads)
+        self.keys_after = sql.SQL(
+            "SELECT coalesce(full_key, key) FROM {} WHERE version <> 0 AND key > %s ORDER BY key LIMIT %s"
         ).format(threads)
         record = "INSERT INTO {} VALUES ('schema_version', {}) ON CONFLICT DO NOTHING"
         self.meta_exists = sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(sql.Literal(meta.as_string(None)))
