@@ -69,7 +69,8 @@ _ADD_TERM = "INSERT OR IGNORE INTO telar_terms (term, key) VALUES (?, ?)"
 _DROP_TERM = "DELETE FROM telar_terms WHERE term = ? AND key = ?"
 _DROP_TERMS = "DELETE FROM telar_terms WHERE key = ?"
 _INDEXED = "SELECT key FROM telar_terms WHERE term = ? AND key >= ? ORDER BY key LIMIT ?"
-_SORTED_KEYS = "SELECT DISTINCT key FROM telar_chunks WHERE key >= ? ORDER BY key LIMIT ?"
+_KEYS_FROM = "SELECT DISTINCT key FROM telar_chunks WHERE key >= ? ORDER BY key LIMIT ?"
+_KEYS_AFTER = "SELECT DISTINCT key FROM telar_chunks WHERE key > ? ORDER BY key LIMIT ?"
 _RECORD_VERSION = f"INSERT OR IGNORE INTO telar_meta (name, value) VALUES ('schema_version', '{SCHEMA_VERSION}')"
 _V1_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'telar_histories'"
 _MIGRATE_V1 = (
@@ -413,7 +414,7 @@ class SQLiteStore(DeferredAppends, Store):
             conn.execute(_SET_INDEX_READY)
 
     def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
-        query, start = (_SORTED_KEYS, b"") if after is None else (_SORTED_KEYS.replace(">=", ">"), _encode(after))
+        query, start = (_KEYS_FROM, b"") if after is None else (_KEYS_AFTER, _encode(after))
         with self._connection() as conn:
             rows = conn.execute(query, (start, -1 if limit is None else limit)).fetchall()
         return _decoded_keys(rows)
