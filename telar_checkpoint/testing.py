@@ -1,0 +1,804 @@
+"""`StoreTests`: the store contract as a test class, for our stores and yours.
+
+Subclass it in a test module, give it a `store` fixture (a new, empty store, closed by the
+fixture), and declare what the store can do::
+
+    import functools
+    import pytest
+    from telar_checkpoint.testing import StoreTests
+
+    class TestMyStore(StoreTests):
+        shared = True  # another object, in this process or another, can open the same store
+
+        @pytest.fixture
+        def store(self, tmp_path):
+            store = MyStore(tmp_path / "space")
+            yield store
+            store.close()
+
+        def opener(self, store):  # needed only when `shared`: a picklable function of no arguments
+            return functools.partial(MyStore, store.directory)
+
+Capabilities are class attributes: `versions` (`version()` gives tokens and `append_if` appends),
+`indexes` (the index methods), `shared` (see `opener`) and `forked_child_writes`. A test that
+needs a capability the class declares absent is not collected at all (no skip in the report: a
+declaration, not an accident of the machine), and `test_declared_capabilities` checks each
+declaration against the store. The async tests run their coroutines with `asyncio.run`, so no
+pytest plugin is needed; the store is closed with `aclose` in that loop.
+
+This module is for test code only: it imports pytest and hypothesis, which the library does not
+need (``pip install 'telar-checkpoint[test]'``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+try:
+    import pytest
+    from hypothesis import settings
+    from hypothesis import strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+except ImportError as exc:  # pragma: no cover - the test extra is missing
+    raise ImportError("telar_checkpoint.testing needs pytest and hypothesis: pip install 'telar-checkpoint[test]'") from exc
+
+from telar_checkpoint.errors import StoreError
+from telar_checkpoint.stores.base import Change, Store
+
+__all__ = ["StoreTests"]
+
+KEYS = ["a/b", "..", "../../etc/passwd", "/abs", "nul\x00key", "new\nline", "x" * 300, "тред-é", "🧵🪡", "", " ", "%2F", "."]
+INDEX_KEYS = ["b", "a", "тред", "nul\x00key", "x" * 300, "", "c/d"]
+VALUES = [
+    "plain",
+    '{"line":1}\n{"line":2}\n',
+    "sep\u2028para\u2029end\n",
+    '{"nul":"\\u0000"}\n',
+    "non-ASCII: é ü ñ 中文 🧵\n",
+    "crlf\r\nalone\rend",
+    "",
+]
+CAPABILITIES = ("versions", "indexes", "shared")
+_NEEDS = "_store_tests_needs"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def needs(*capabilities: str) -> Callable[[F], F]:
+    """Collect the decorated test only in classes that declare every one of `capabilities`."""
+
+    def mark(test: F) -> F:
+        setattr(test, _NEEDS, capabilities)
+        return test
+
+    return mark
+
+
+def append(suffix: str) -> Change:
+    return lambda old: (old or "") + suffix
+
+
+def fail(_old: str | None) -> str:
+    raise RuntimeError("the change refused")
+
+
+def append_lines(open_store: Callable[[], Store], worker: int, count: int) -> None:
+    """Append `count` lines ``worker:i`` to the key "shared", one update each (run in a child process)."""
+    store = open_store()
+    try:
+        for i in range(count):
+            store.update("shared", append(f"{worker}:{i}\n"))
+    finally:
+        store.close()
+
+
+def append_if_lines(open_store: Callable[[], Store], worker: int, count: int) -> None:
+    """`append_if_loop` on a store of its own (run in a child process)."""
+    store = open_store()
+    try:
+        append_if_loop(store, worker, count)
+    finally:
+        store.close()
+
+
+def append_if_loop(store: Store, worker: int, count: int) -> None:
+    """Append `count` lines ``worker:i:version`` to "shared" by `append_if`, each at the version just
+    read, retrying when another writer moved it."""
+    i = 0
+    while i < count:
+        version = store.version("shared")
+        if store.append_if("shared", f"{worker}:{i}:{version!r}\n", version) is not None:
+            i += 1
+
+
+def assert_all_lines(value: str | None, *, workers: int, count: int) -> None:
+    lines = (value or "").splitlines()
+    assert len(lines) == workers * count
+    for worker in range(workers):
+        assert [line for line in lines if line.startswith(f"{worker}:")] == [f"{worker}:{i}" for i in range(count)]
+
+
+def assert_one_winner_per_version(value: str | None, *, workers: int, count: int) -> None:
+    """Every worker's lines are there once, in order, and no two appended at the same version."""
+    lines = (value or "").splitlines()
+    assert_all_lines("".join(line.rsplit(":", 1)[0] + "\n" for line in lines), workers=workers, count=count)
+    versions = [line.split(":", 2)[2] for line in lines]
+    assert len(set(versions)) == len(versions)
+
+
+def child_exit_code(pid: int, hung: str, timeout: float = 10.0) -> int:
+    """The exit code of forked child `pid`; the test fails with `hung` if it does not end in time."""
+    deadline = time.monotonic() + timeout
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail(hung)
+    return os.waitstatus_to_exitcode(done[1])
+
+
+def run_async(store: Store, body: Callable[[Store], Awaitable[None]]) -> None:
+    """Run `body(store)` in a new event loop, and close the store's async side in that loop."""
+
+    async def main() -> None:
+        try:
+            await body(store)
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+
+
+class StoreTests:
+    """The store contract, sync and async; subclass it with a `store` fixture (see the module)."""
+
+    #: `version()` gives a token that changes with every write, and `append_if` appends at it.
+    versions: bool = True
+    #: The store keeps an index (`Store.indexes`).
+    indexes: bool = True
+    #: Another store object, in this process or a child process, can open the same space (`opener`).
+    shared: bool = False
+    #: A process forked while its parent was mid-write can write too (False: its write is refused at
+    #: once with a StoreError, as SQLite's must be). Read only when `shared`.
+    forked_child_writes: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, test in vars(StoreTests).items():
+            wanted = getattr(test, _NEEDS, ())
+            if wanted and name not in cls.__dict__:
+                setattr(cls, name, test if all(getattr(cls, capability) for capability in wanted) else None)
+
+    def opener(self, store: Store) -> Callable[[], Store]:
+        """A picklable function of no arguments that opens another object on `store`'s space
+        (called here and in child processes); needed when `shared`."""
+        raise NotImplementedError(f"{type(self).__name__} declares shared = True: define opener(store)")
+
+    def reopen(self, store: Store) -> Store:
+        return self.opener(store)()
+
+    def owns_path(self, store: Store, path: Path) -> bool:
+        """Whether `path`, found under the test's `tmp_path`, is the store's own: inside its
+        `directory`, or its `path` and files named after it (a database's journals)."""
+        directory = getattr(store, "directory", None)
+        if directory is not None and path.is_relative_to(directory):
+            return True
+        own = getattr(store, "path", None)
+        return own is not None and path.parent == Path(own).parent and path.name.startswith(Path(own).name)
+
+    # --- What the class declares ---
+
+    def test_declared_capabilities(self, store: Store) -> None:
+        store.write("t", "v\n")
+        assert store.indexes is self.indexes, f"the store's indexes is {store.indexes}: declare indexes = {store.indexes}"
+        assert (store.version("t") is not None) is self.versions, "declare versions = whether version() gives tokens"
+        if self.shared:
+            other = self.reopen(store)
+            try:
+                assert other.read("t") == "v\n"
+            finally:
+                other.close()
+
+    # --- The basic contract ---
+
+    def test_read_missing_is_none(self, store: Store) -> None:
+        assert store.read("missing") is None
+        assert list(store.keys()) == []
+
+    def test_update_creates_extends_rewrites_and_deletes(self, store: Store) -> None:
+        assert store.update("t", lambda old: "one\n" if old is None else pytest.fail("not absent")) == "one\n"
+        assert store.update("t", append("two\n")) == "one\ntwo\n"
+        assert store.read("t") == "one\ntwo\n"
+        assert store.update("t", lambda old: "other\n") == "other\n"
+        assert store.read("t") == "other\n"
+        assert store.update("t", lambda old: old) == "other\n"
+        assert store.update("t", lambda old: None) is None
+        assert store.read("t") is None
+        assert list(store.keys()) == []
+        assert store.update("never", lambda old: None) is None
+        assert store.read("never") is None
+
+    def test_write_and_delete(self, store: Store) -> None:
+        store.write("t", "v")
+        assert store.read("t") == "v"
+        store.delete("t")
+        store.delete("t")
+        assert store.read("t") is None
+
+    def test_failing_change_leaves_value_untouched(self, store: Store) -> None:
+        store.write("t", "kept\n")
+        with pytest.raises(RuntimeError, match="refused"):
+            store.update("t", fail)
+        with pytest.raises(RuntimeError, match="refused"):
+            store.update("new", fail)
+        assert store.read("t") == "kept\n"
+        assert store.read("new") is None
+        assert sorted(store.keys()) == ["t"]
+        assert store.update("t", append("more\n")) == "kept\nmore\n"
+
+    def test_keys_and_foreign(self, store: Store) -> None:
+        for key in ("a", "b", "c"):
+            store.write(key, key)
+        store.delete("b")
+        assert sorted(store.keys()) == ["a", "c"]
+        assert store.foreign() == []
+
+    def test_unicode_keys_round_trip_inside_the_store(self, store: Store, tmp_path: Path) -> None:
+        for i, key in enumerate(KEYS):
+            store.write(key, f"value {i}")
+        assert sorted(store.keys()) == sorted(KEYS)
+        assert all(store.read(key) == f"value {i}" for i, key in enumerate(KEYS))
+        assert store.foreign() == []
+        assert [path for path in tmp_path.rglob("*") if not self.owns_path(store, path)] == []
+        for key in KEYS:
+            store.delete(key)
+        assert list(store.keys()) == []
+
+    @pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
+    def test_values_round_trip_exactly(self, store: Store, value: str) -> None:
+        store.write("t", value)
+        assert store.read("t") == value
+        store.update("t", append(value))
+        assert store.read("t") == value + value
+
+    @pytest.mark.parametrize("value", ["lone \ud800 high", "\udcc3\udca9", "\udfff"])
+    def test_lone_surrogates_are_stored_exactly_or_refused(self, store: Store, value: str) -> None:
+        store.write("t", "before")
+        try:
+            store.write("t", value)
+        except StoreError:
+            assert store.read("t") == "before"
+        else:
+            assert store.read("t") == value
+
+    # --- Concurrency ---
+
+    @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open descriptors in /proc")
+    def test_short_lived_threads_leave_no_open_handles(self, store: Store) -> None:
+        """LangGraph writes from executor threads made for each run: a store that tied a
+        connection or a descriptor to each thread would leak one per run."""
+
+        def one_write(i: int) -> None:
+            store.update("t", append(f"{i}\n"))
+            store.version("t")
+            store.read("t")
+
+        def run_in_new_thread(i: int) -> None:
+            worker = threading.Thread(target=one_write, args=(i,))
+            worker.start()
+            worker.join()
+
+        run_in_new_thread(0)
+        before = len(os.listdir("/proc/self/fd"))
+        for i in range(1, 80):
+            run_in_new_thread(i)
+        assert len(os.listdir("/proc/self/fd")) - before <= 12
+        assert store.read("t") == "".join(f"{i}\n" for i in range(80))
+
+    @needs("shared")
+    @pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+    def test_a_child_forked_mid_write_takes_its_own_turn(self, store: Store) -> None:
+        """A process forked while a thread of its parent is mid-write (gunicorn's --preload, a
+        multiprocessing pool) neither inherits the parent's turn nor deadlocks on it: its write
+        waits for the parent's, then lands, and neither is lost. A store that cannot write from
+        such a child (SQLite: its copy holds the parent's lock for ever; `forked_child_writes`
+        False) must fail the child's write at once with a StoreError saying so."""
+        store.update("t", append("before\n"))
+        inside, release = threading.Event(), threading.Event()
+
+        def slow(old: str | None) -> str:
+            inside.set()
+            assert release.wait(10)
+            return (old or "") + "parent\n"
+
+        parent = threading.Thread(target=store.update, args=("t", slow))
+        parent.start()
+        assert inside.wait(10)
+        pid = os.fork()
+        if pid == 0:  # the child: write once, then leave without running the parent's teardown
+            code = 1
+            try:
+                started = time.monotonic()
+                store.update("t", append("child\n"))
+                code = 0
+            except StoreError as exc:
+                refused = "forked while its parent was writing" in str(exc) and time.monotonic() - started < 1
+                code = 3 if refused else 2
+            finally:
+                os._exit(code)
+        time.sleep(0.3)
+        release.set()
+        parent.join(10)
+        code = child_exit_code(pid, "the forked child's write never finished (it waited on a lock it inherited)")
+        if not self.forked_child_writes:
+            assert code == 3, "the child's write was not refused at once with a clear StoreError"
+            assert store.read("t") == "before\nparent\n"
+        else:
+            assert code == 0
+            assert sorted(store.read("t").splitlines()) == ["before", "child", "parent"]  # type: ignore[union-attr]
+
+    def test_threads_lose_no_append(self, store: Store) -> None:
+        def work(worker: int) -> None:
+            for i in range(50):
+                store.update("shared", append(f"{worker}:{i}\n"))
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(work, range(8)))
+        assert_all_lines(store.read("shared"), workers=8, count=50)
+
+    @needs("shared")
+    def test_processes_lose_no_append(self, store: Store) -> None:
+        store.write("shared", "")
+        spawn = multiprocessing.get_context("spawn")
+        workers = [spawn.Process(target=append_lines, args=(self.opener(store), w, 200)) for w in range(4)]
+        for process in workers:
+            process.start()
+        for process in workers:
+            process.join(timeout=240)
+        assert [process.exitcode for process in workers] == [0] * 4
+        assert_all_lines(store.read("shared"), workers=4, count=200)
+
+    async def _async_twins(self, astore: Store) -> None:
+        assert await astore.aread("t") is None
+        assert await astore.aupdate("t", append("one\n")) == "one\n"
+        assert await astore.aupdate("t", append("two\n")) == "one\ntwo\n"
+        await astore.awrite("u", "ü\u2028")
+        assert await astore.aread("u") == "ü\u2028"
+        assert sorted(await astore.akeys()) == ["t", "u"]
+        with pytest.raises(RuntimeError):
+            await astore.aupdate("t", fail)
+        assert await astore.aread("t") == "one\ntwo\n"
+        await astore.adelete("t")
+        assert await astore.aupdate("u", lambda old: None) is None
+        assert await astore.akeys() == []
+
+    def test_async_twins(self, store: Store) -> None:
+        run_async(store, self._async_twins)
+
+    async def _async_concurrent_updates_lose_nothing(self, astore: Store) -> None:
+        async def work(worker: int) -> None:
+            for i in range(25):
+                await astore.aupdate("shared", append(f"{worker}:{i}\n"))
+
+        await asyncio.gather(*(work(w) for w in range(4)))
+        assert_all_lines(await astore.aread("shared"), workers=4, count=25)
+        assert astore.read("shared") == await astore.aread("shared")
+
+    def test_async_concurrent_updates_lose_nothing(self, store: Store) -> None:
+        run_async(store, self._async_concurrent_updates_lose_nothing)
+
+    # --- Versions: what the saver's fast path relies on ---
+
+    @needs("versions")
+    def test_version_changes_with_every_write(self, store: Store) -> None:
+        assert store.version("t") is None
+        seen = []
+        for change in (lambda old: "one\n", append("two\n"), lambda old: "other\n", lambda old: ""):
+            new, version = store.update_versioned("t", change)
+            assert new == store.read("t") and version is not None and version == store.version("t")
+            seen.append(version)
+        seen.append(store.append_if("t", "x\n", seen[-1]))
+        assert seen[-1] == store.version("t") and store.read("t") == "x\n"
+        store.delete("t")
+        assert store.version("t") is None
+        store.write("t", "x\n")  # the same value again, after a delete: still a new version
+        seen.append(store.version("t"))
+        assert None not in seen and len(set(seen)) == len(seen)
+
+    @needs("versions")
+    def test_a_no_op_update_reports_the_version_too(self, store: Store) -> None:
+        store.update_versioned("t", lambda old: "v\n")
+        new, version = store.update_versioned("t", lambda old: old)
+        assert new == "v\n" and version is not None and store.version("t") == version
+        assert store.update_versioned("t", lambda old: None) == (None, None) and store.version("t") is None
+        assert store.update_versioned("never", lambda old: None) == (None, None) and list(store.keys()) == []
+
+    @needs("versions")
+    def test_append_if_refuses_a_stale_version_and_writes_nothing(self, store: Store) -> None:
+        assert store.append_if("absent", "x", None) is None
+        _new, first = store.update_versioned("t", lambda old: "one\n")
+        assert first is not None
+        second = store.append_if("t", "two\n", first)
+        assert second is not None and second != first and second == store.version("t")
+        assert store.append_if("t", "stale\n", first) is None
+        assert store.append_if("t", "garbage\n", ("not", "a", "version")) is None
+        assert store.read("t") == "one\ntwo\n" and store.version("t") == second
+        store.delete("t")
+        assert store.append_if("t", "after delete\n", second) is None
+        assert store.read("t") is None and list(store.keys()) == []
+        store.write("t", "one\ntwo\n")
+        assert store.append_if("t", "recreated\n", second) is None
+        assert store.read("t") == "one\ntwo\n"
+
+    @needs("versions", "shared")
+    def test_another_store_object_sees_every_write(self, store: Store) -> None:
+        other = self.reopen(store)
+        try:
+            _new, version = store.update_versioned("t", lambda old: "one\n")
+            assert version is not None and other.version("t") == version
+            moved = other.append_if("t", "two\n", version)
+            assert store.version("t") == moved != version
+            assert store.append_if("t", "lost\n", version) is None
+            assert store.read("t") == other.read("t") == "one\ntwo\n"
+            other.write("t", "rewritten\n")
+            assert store.version("t") not in (version, moved) and store.read("t") == "rewritten\n"
+        finally:
+            other.close()
+
+    @needs("versions")
+    @pytest.mark.parametrize("value", VALUES + ["lone \ud800 high", "nul \x00 char"], ids=range(len(VALUES) + 2))
+    def test_append_if_stores_exactly_or_refuses(self, store: Store, value: str) -> None:
+        _new, version = store.update_versioned("t", lambda old: "head\n")
+        assert version is not None
+        try:
+            moved = store.append_if("t", value, version)
+        except StoreError:
+            assert store.read("t") == "head\n" and store.version("t") == version
+        else:
+            assert moved == store.version("t") and store.read("t") == "head\n" + value
+
+    @needs("versions")
+    def test_threads_racing_append_if_one_winner_per_version(self, store: Store) -> None:
+        store.write("shared", "")
+        with ThreadPoolExecutor(6) as pool:
+            list(pool.map(lambda worker: append_if_loop(store, worker, 30), range(6)))
+        assert_one_winner_per_version(store.read("shared"), workers=6, count=30)
+
+    @needs("versions", "shared")
+    def test_processes_racing_append_if_one_winner_per_version(self, store: Store) -> None:
+        store.write("shared", "")
+        spawn = multiprocessing.get_context("spawn")
+        workers = [spawn.Process(target=append_if_lines, args=(self.opener(store), w, 50)) for w in range(4)]
+        for process in workers:
+            process.start()
+        for process in workers:
+            process.join(timeout=240)
+        assert [process.exitcode for process in workers] == [0] * 4
+        assert_one_winner_per_version(store.read("shared"), workers=4, count=50)
+
+    async def _async_versions(self, astore: Store) -> None:
+        assert await astore.aversion("t") is None
+        new, version = await astore.aupdate_versioned("t", lambda old: "one\n")
+        assert new == "one\n" and version is not None and version == await astore.aversion("t")
+        assert version == astore.version("t")
+        moved = await astore.aappend_if("t", "two\n", version)
+        assert moved is not None and moved != version and moved == await astore.aversion("t")
+        assert await astore.aappend_if("t", "stale\n", version) is None
+        assert await astore.aread("t") == "one\ntwo\n"
+        assert await astore.aupdate_versioned("t", lambda old: None) == (None, None)
+        assert await astore.aversion("t") is None and await astore.aappend_if("t", "x", moved) is None
+
+    @needs("versions")
+    def test_async_versions(self, store: Store) -> None:
+        run_async(store, self._async_versions)
+
+    async def _async_racing_append_if_one_winner(self, astore: Store) -> None:
+        _new, version = await astore.aupdate_versioned("t", lambda old: "")
+        assert version is not None
+        for round_ in range(5):
+            results = await asyncio.gather(*(astore.aappend_if("t", f"{round_}:{w}\n", version) for w in range(6)))
+            winners = [result for result in results if result is not None]
+            assert len(winners) == 1 and winners[0] == await astore.aversion("t")
+            version = winners[0]
+        assert len((await astore.aread("t") or "").splitlines()) == 5
+
+    @needs("versions")
+    def test_async_racing_append_if_one_winner(self, store: Store) -> None:
+        run_async(store, self._async_racing_append_if_one_winner)
+
+    # --- The index (see `Store.index`) ---
+
+    @staticmethod
+    def indexing(store: Store) -> Store:
+        if not store.indexes:
+            pytest.fail(f"the {store.kind} store keeps no index (declare indexes = False)")
+        return store
+
+    @needs("indexes")
+    def test_indexed_gives_the_keys_recorded_under_a_term_in_order(self, store: Store) -> None:
+        store = self.indexing(store)
+        for key in INDEX_KEYS:
+            store.write(key, "v\n")
+            store.index(key, ["run:1", f"own:{key}"])
+        store.index("a", ["run:2"])
+        assert store.indexed("run:1") == sorted(INDEX_KEYS)
+        assert store.indexed("run:2") == ["a"]
+        assert store.indexed("own:тред") == ["тред"]
+        assert store.indexed("nothing") == []
+
+    @needs("indexes")
+    def test_indexed_pages_from_a_start_key(self, store: Store) -> None:
+        store = self.indexing(store)
+        for key in INDEX_KEYS:
+            store.index(key, ["t"])
+        expected = sorted(INDEX_KEYS)
+        assert store.indexed("t", limit=2) == expected[:2]
+        assert store.indexed("t", expected[2], 3) == expected[2:5]  # from a key on, that key included
+        assert store.indexed("t", expected[2] + "\x00") == expected[3:]  # just after it
+        assert store.indexed("t", expected[-1] + "\x00") == []
+        pages: list[str] = []
+        start = None
+        while page := store.indexed("t", start, 2):
+            pages += page
+            start = page[-1] + "\x00"
+        assert pages == expected
+
+    @needs("indexes")
+    def test_index_may_name_a_key_before_its_value_exists(self, store: Store) -> None:
+        """The saver records terms before the write they describe: a key without a value yet."""
+        store = self.indexing(store)
+        store.index("later", ["run:1"])
+        assert store.indexed("run:1") == ["later"]
+        assert store.read("later") is None
+
+    @needs("indexes")
+    def test_recording_a_term_twice_keeps_one(self, store: Store) -> None:
+        store = self.indexing(store)
+        store.index("a", ["t", "t"])
+        store.index("a", ["t"])
+        assert store.indexed("t") == ["a"]
+
+    @needs("indexes")
+    def test_unindex_forgets_only_what_it_names(self, store: Store) -> None:
+        store = self.indexing(store)
+        store.index("a", ["t", "u"])
+        store.index("b", ["t"])
+        store.unindex("a", ["t", "never"])
+        assert store.indexed("t") == ["b"]
+        assert store.indexed("u") == ["a"]
+
+    @needs("indexes")
+    def test_delete_forgets_the_keys_terms(self, store: Store) -> None:
+        store = self.indexing(store)
+        store.write("a", "v\n")
+        store.write("b", "v\n")
+        store.index("a", ["t"])
+        store.index("b", ["t"])
+        store.delete("a")
+        assert store.indexed("t") == ["b"]
+
+    @needs("indexes")
+    def test_terms_of_any_text_round_trip(self, store: Store) -> None:
+        store = self.indexing(store)
+        terms = ["meta:[\"k\",\"s\\u0000\"]", "run:тред 🧵", "x" * 200, "a b\nc"]
+        store.index("k", terms)
+        for term in terms:
+            assert store.indexed(term) == ["k"]
+
+    @needs("indexes")
+    def test_index_is_ready_on_a_new_store_and_stays_ready(self, store: Store) -> None:
+        store = self.indexing(store)
+        assert store.index_ready()
+        store.write("a", "v\n")
+        assert store.index_ready()
+
+    def test_sorted_keys_pages_in_code_point_order(self, store: Store) -> None:
+        for key in INDEX_KEYS:
+            store.write(key, "v\n")
+        expected = sorted(INDEX_KEYS)
+        assert store.sorted_keys() == expected
+        assert store.sorted_keys(limit=2) == expected[:2]
+        assert store.sorted_keys(after=expected[1], limit=3) == expected[2:5]
+        assert store.sorted_keys(after=expected[-1]) == []
+        store.delete(expected[0])
+        assert store.sorted_keys(limit=1) == [expected[1]]
+
+    @needs("indexes", "shared")
+    def test_another_store_object_sees_the_index(self, store: Store) -> None:
+        store = self.indexing(store)
+        store.write("a", "v\n")
+        store.index("a", ["t"])
+        other = self.reopen(store)
+        try:
+            assert other.indexed("t") == ["a"]
+            assert other.sorted_keys() == ["a"]
+            assert other.index_ready()
+        finally:
+            other.close()
+
+    async def _async_index(self, store: Store) -> None:
+        await store.awrite("b", "v\n")
+        await store.awrite("a", "v\n")
+        await store.aindex("b", ["t"])
+        await store.aindex("a", ["t", "u"])
+        assert await store.aindexed("t") == ["a", "b"]
+        await store.aunindex("a", ["t"])
+        assert await store.aindexed("t") == ["b"]
+        assert await store.asorted_keys(limit=1) == ["a"]
+        assert await store.aindex_ready()
+
+    @needs("indexes")
+    def test_async_index(self, store: Store) -> None:
+        run_async(self.indexing(store), self._async_index)
+
+    # --- A state machine against a plain dict ---
+
+    #: Hypothesis settings of the state machine (over the current profile): small enough for a
+    #: server store to take seconds.
+    machine_settings: dict[str, Any] = {"max_examples": 30, "stateful_step_count": 15, "deadline": None}
+
+    def test_state_machine_against_dict(self, store: Store) -> None:
+        """Random writes, appends (at the current version or a stale one), deletes, failing changes
+        and index changes agree with a dict, run on the one store, emptied before each example."""
+        machine = type("StoreMachine", (StoreMachine,), {"store": store, "versions": self.versions, "indexes": self.indexes})
+        run_state_machine_as_test(machine, settings=settings(**self.machine_settings))
+
+
+MACHINE_KEYS = st.sampled_from(["a", "b/..", "nul\x00", "é🧵", ""])
+MACHINE_TEXTS = st.text(max_size=12)
+MACHINE_TERMS = ["t", "run:1", 'meta:["k","s\\u0000"]', "тред 🧵"]
+
+
+class StoreMachine(RuleBasedStateMachine):
+    """The rules of a store, against a dict of values and, for the index, two sets per term: the
+    keys it must give, and those it may still give (a key deleted while absent, or by an update
+    to None, may keep its terms: the index may name more keys than hold a term, never fewer)."""
+
+    store: Store
+    versions: bool
+    indexes: bool
+
+    def __init__(self) -> None:
+        super().__init__()
+        for key in list(self.store.keys()):
+            self.store.delete(key)
+        for term in MACHINE_TERMS if self.indexes else ():
+            for key in self.store.indexed(term):
+                self.store.unindex(key, [term])
+        self.model: dict[str, str] = {}
+        self.seen: dict[str, list[Hashable]] = {}  # every version each key has had, in this example
+        self.must: dict[str, set[str]] = {term: set() for term in MACHINE_TERMS}
+        self.may: dict[str, set[str]] = {term: set() for term in MACHINE_TERMS}
+        self.agrees_with_dict()
+
+    def changed(self, key: str, version: Hashable | None = None, *, same: bool = False) -> None:
+        """Check the version of `key` after a write: one it never had (or, when the write left
+        the value as it was, `same`, possibly the one before), and the one the write returned."""
+        if not self.versions:
+            return
+        current = self.store.version(key)
+        if key not in self.model:
+            assert current is None
+            return
+        seen = self.seen.setdefault(key, [])
+        assert current is not None and (current not in seen or (same and current == seen[-1]))
+        assert version is None or version == current
+        seen.append(current)
+
+    def stored(self, key: str, change: Change, expected: str) -> None:
+        """`update` with `change`, which gives `expected`: stored exactly, or refused with a StoreError."""
+        same = self.model.get(key) == expected
+        try:
+            assert self.store.update(key, change) == expected
+        except StoreError:
+            return
+        self.model[key] = expected
+        self.changed(key, same=same)
+
+    @rule(key=MACHINE_KEYS, value=MACHINE_TEXTS)
+    def write(self, key: str, value: str) -> None:
+        self.stored(key, lambda _old: value, value)
+
+    @rule(key=MACHINE_KEYS, suffix=MACHINE_TEXTS)
+    def extend(self, key: str, suffix: str) -> None:
+        self.stored(key, append(suffix), self.model.get(key, "") + suffix)
+
+    def stored_key(self, data: st.DataObject, key: str) -> str:
+        """`key`, or (half the time, when there is one) a key that holds a value or a term, so
+        that deletes and index changes meet the keys that other rules wrote."""
+        stored = sorted(set(self.model).union(*self.must.values()))
+        if not stored or not data.draw(st.booleans(), "a stored key"):
+            return key
+        return data.draw(st.sampled_from(stored), "stored key")
+
+    @rule(key=MACHINE_KEYS, by_update=st.booleans(), data=st.data())
+    def delete(self, key: str, by_update: bool, data: st.DataObject) -> None:
+        key = self.stored_key(data, key)
+        existed = key in self.model
+        if by_update:
+            assert self.store.update(key, lambda _old: None) is None
+        else:
+            self.store.delete(key)
+        self.model.pop(key, None)
+        self.changed(key)
+        for term in MACHINE_TERMS:
+            if key in self.must[term] and (by_update or not existed):
+                self.may[term].add(key)
+            if not by_update and existed:
+                self.may[term].discard(key)
+            self.must[term].discard(key)
+
+    @rule(key=MACHINE_KEYS)
+    def failing_change(self, key: str) -> None:
+        with pytest.raises(RuntimeError):
+            self.store.update(key, fail)
+
+    @precondition(lambda self: self.versions)
+    @rule(key=MACHINE_KEYS, suffix=MACHINE_TEXTS)
+    def update_versioned(self, key: str, suffix: str) -> None:
+        expected = self.model.get(key, "") + suffix
+        same = self.model.get(key) == expected
+        try:
+            new, version = self.store.update_versioned(key, append(suffix))
+        except StoreError:
+            return
+        assert new == expected and version is not None
+        self.model[key] = expected
+        self.changed(key, version, same=same)
+
+    @precondition(lambda self: self.versions)
+    @rule(key=MACHINE_KEYS, suffix=MACHINE_TEXTS, stale=st.booleans(), deferred=st.booleans())
+    def append_if(self, key: str, suffix: str, stale: bool, deferred: bool) -> None:
+        current = self.store.version(key)
+        version = current
+        if stale:
+            version = next((v for v in reversed(self.seen.get(key, [])) if v != current), ("not", "a", "version"))
+        try:
+            if deferred:
+                moved = self.store.append_if_deferred(key, suffix, version, batch=True)
+                self.store.flush(key)
+            else:
+                moved = self.store.append_if(key, suffix, version)
+        except StoreError:
+            assert self.store.version(key) == current
+            return
+        if stale or key not in self.model:
+            assert moved is None and self.store.version(key) == current
+            return
+        assert moved is not None and moved != current
+        self.model[key] += suffix
+        self.changed(key, moved)
+
+    @precondition(lambda self: self.indexes)
+    @rule(key=MACHINE_KEYS, terms=st.lists(st.sampled_from(MACHINE_TERMS), max_size=3), data=st.data())
+    def index(self, key: str, terms: list[str], data: st.DataObject) -> None:
+        key = self.stored_key(data, key)
+        self.store.index(key, terms)
+        for term in terms:
+            self.must[term].add(key)
+
+    @precondition(lambda self: self.indexes)
+    @rule(key=MACHINE_KEYS, terms=st.lists(st.sampled_from(MACHINE_TERMS), max_size=3))
+    def unindex(self, key: str, terms: list[str]) -> None:
+        self.store.unindex(key, terms)
+        for term in terms:
+            self.must[term].discard(key)
+            self.may[term].discard(key)
+
+    @invariant()
+    def agrees_with_dict(self) -> None:
+        assert sorted(self.store.keys()) == sorted(self.model)
+        assert self.store.sorted_keys() == sorted(self.model)
+        for key, value in self.model.items():
+            assert self.store.read(key) == value
+        for term in MACHINE_TERMS if self.indexes else ():
+            given = self.store.indexed(term)
+            assert given == sorted(given) and self.must[term] <= set(given) <= self.must[term] | self.may[term], term
