@@ -1,36 +1,27 @@
-"""One suite that every store passes, sync and async (the `store`/`astore` fixtures cover each kind)."""
+"""What only some stores do: schema versions and migration (SQLite, Postgres, Redis), the file
+store's open files, SQLite's locks after a fork and its fsyncs, server faults (Postgres, Redis).
+The contract every store keeps is tests/test_store_contract.py (`telar_checkpoint.testing`)."""
 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import shutil
 import socket
 import sqlite3
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from telar_checkpoint.errors import StoreError
-from telar_checkpoint.stores import FileStore, MemoryStore, Store
+from telar_checkpoint.stores import FileStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from tests.stores import (
-    LOCAL_KINDS,
-    append_if_lines,
-    append_if_loop,
-    append_lines,
     child_exit_code,
     describe,
     make_store,
@@ -41,106 +32,13 @@ from tests.stores import (
 )
 
 SCHEMA_KINDS = ["sqlite", "postgres", "redis"]  # stores with a schema version of their own
-KEYS = ["a/b", "..", "../../etc/passwd", "/abs", "nul\x00key", "new\nline", "x" * 300, "тред-é", "🧵🪡", "", " ", "%2F", "."]
-VALUES = [
-    "plain",
-    '{"line":1}\n{"line":2}\n',
-    "sep\u2028para\u2029end\n",
-    '{"nul":"\\u0000"}\n',
-    "non-ASCII: é ü ñ 中文 🧵\n",
-    "crlf\r\nalone\rend",
-    "",
-]
 
 
 def append(suffix: str) -> Callable[[str | None], str]:
     return lambda old: (old or "") + suffix
 
 
-def fail(_old: str | None) -> str:
-    raise RuntimeError("the change refused")
-
-
-# --- The basic contract ---
-
-
-def test_read_missing_is_none(store: Store) -> None:
-    assert store.read("missing") is None
-    assert list(store.keys()) == []
-
-
-def test_update_creates_extends_rewrites_and_deletes(store: Store) -> None:
-    assert store.update("t", lambda old: "one\n" if old is None else pytest.fail("not absent")) == "one\n"
-    assert store.update("t", append("two\n")) == "one\ntwo\n"
-    assert store.read("t") == "one\ntwo\n"
-    assert store.update("t", lambda old: "other\n") == "other\n"
-    assert store.read("t") == "other\n"
-    assert store.update("t", lambda old: old) == "other\n"
-    assert store.update("t", lambda old: None) is None
-    assert store.read("t") is None
-    assert list(store.keys()) == []
-    assert store.update("never", lambda old: None) is None
-    assert store.read("never") is None
-
-
-def test_write_and_delete(store: Store) -> None:
-    store.write("t", "v")
-    assert store.read("t") == "v"
-    store.delete("t")
-    store.delete("t")
-    assert store.read("t") is None
-
-
-def test_failing_change_leaves_value_untouched(store: Store) -> None:
-    store.write("t", "kept\n")
-    with pytest.raises(RuntimeError, match="refused"):
-        store.update("t", fail)
-    with pytest.raises(RuntimeError, match="refused"):
-        store.update("new", fail)
-    assert store.read("t") == "kept\n"
-    assert store.read("new") is None
-    assert sorted(store.keys()) == ["t"]
-    assert store.update("t", append("more\n")) == "kept\nmore\n"
-
-
-def test_keys_and_foreign(store: Store) -> None:
-    for key in ("a", "b", "c"):
-        store.write(key, key)
-    store.delete("b")
-    assert sorted(store.keys()) == ["a", "c"]
-    assert store.foreign() == []
-
-
-def test_unicode_keys_round_trip_inside_the_store(store: Store, tmp_path: Path) -> None:
-    for i, key in enumerate(KEYS):
-        store.write(key, f"value {i}")
-    assert sorted(store.keys()) == sorted(KEYS)
-    assert all(store.read(key) == f"value {i}" for i, key in enumerate(KEYS))
-    assert store.foreign() == []
-    outside = [p for p in tmp_path.rglob("*") if not p.is_relative_to(tmp_path / "store") and p.name[:9] != "db.sqlite"]
-    assert outside == []
-    for key in KEYS:
-        store.delete(key)
-    assert list(store.keys()) == []
-
-
-@pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
-def test_values_round_trip_exactly(store: Store, value: str) -> None:
-    store.write("t", value)
-    assert store.read("t") == value
-    store.update("t", append(value))
-    assert store.read("t") == value + value
-
-
-@pytest.mark.parametrize("value", ["lone \ud800 high", "\udcc3\udca9", "\udfff"])
-def test_lone_surrogates_are_stored_exactly_or_refused(store: Store, value: str) -> None:
-    store.write("t", "before")
-    try:
-        store.write("t", value)
-    except StoreError:
-        assert store.read("t") == "before"
-    else:
-        assert store.read("t") == value
+# --- Schema versions ---
 
 
 @pytest.mark.parametrize("store", SCHEMA_KINDS, indirect=True)
@@ -215,30 +113,7 @@ def test_schema_1_is_migrated(store: Store) -> None:
         old.close()
 
 
-# --- Concurrency ---
-
-
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open descriptors in /proc")
-def test_short_lived_threads_leave_no_open_handles(store: Store) -> None:
-    """LangGraph writes from executor threads made for each run: a store that tied a
-    connection or a descriptor to each thread would leak one per run."""
-
-    def one_write(i: int) -> None:
-        store.update("t", append(f"{i}\n"))
-        store.version("t")
-        store.read("t")
-
-    def run_in_new_thread(i: int) -> None:
-        worker = threading.Thread(target=one_write, args=(i,))
-        worker.start()
-        worker.join()
-
-    run_in_new_thread(0)
-    before = len(os.listdir("/proc/self/fd"))
-    for i in range(1, 80):
-        run_in_new_thread(i)
-    assert len(os.listdir("/proc/self/fd")) - before <= 12
-    assert store.read("t") == "".join(f"{i}\n" for i in range(80))
+# --- The file store's open files; SQLite after a fork and its fsyncs ---
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open descriptors in /proc")
@@ -254,49 +129,6 @@ def test_a_file_store_keeps_a_bounded_number_of_files_open(tmp_path: Path) -> No
     assert all(store.read(f"thread-{i}") == "a\nb\n" for i in range(3 * FILES_KEPT))
     store.close()
     assert len(os.listdir("/proc/self/fd")) - before <= 8
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
-def test_a_child_forked_mid_write_takes_its_own_turn(shared_store: Store) -> None:
-    """A process forked while a thread of its parent is mid-write (gunicorn's --preload, a
-    multiprocessing pool) neither inherits the parent's turn nor deadlocks on it: its write
-    waits for the parent's, then lands, and neither is lost. SQLite cannot write from such a
-    child (its copy of SQLite holds the parent's lock for ever): the child's write fails at once
-    with a StoreError saying so (found: it waited `timeout` seconds, 30 by default, every time)."""
-    store = shared_store
-    store.update("t", append("before\n"))
-    inside, release = threading.Event(), threading.Event()
-
-    def slow(old: str | None) -> str:
-        inside.set()
-        assert release.wait(10)
-        return (old or "") + "parent\n"
-
-    parent = threading.Thread(target=store.update, args=("t", slow))
-    parent.start()
-    assert inside.wait(10)
-    pid = os.fork()
-    if pid == 0:  # the child: write once, then leave without running the parent's teardown
-        code = 1
-        try:
-            started = time.monotonic()
-            store.update("t", append("child\n"))
-            code = 0
-        except StoreError as exc:
-            refused = "forked while its parent was writing" in str(exc) and time.monotonic() - started < 1
-            code = 3 if refused else 2
-        finally:
-            os._exit(code)
-    time.sleep(0.3)
-    release.set()
-    parent.join(10)
-    code = child_exit_code(pid, "the forked child's write never finished (it waited on a lock it inherited)")
-    if store.kind == "sqlite":
-        assert code == 3, "the SQLite child's write was not refused at once with a clear StoreError"
-        assert store.read("t") == "before\nparent\n"
-    else:
-        assert code == 0
-        assert sorted(store.read("t").splitlines()) == ["before", "child", "parent"]  # type: ignore[union-attr]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
@@ -324,157 +156,6 @@ def test_a_sqlite_child_forked_while_its_parent_syncs_does_not_inherit_the_locks
     store.close()
 
 
-def test_threads_lose_no_append(store: Store) -> None:
-    def work(worker: int) -> None:
-        for i in range(50):
-            store.update("shared", append(f"{worker}:{i}\n"))
-
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(work, range(8)))
-    assert_all_lines(store.read("shared"), workers=8, count=50)
-
-
-def test_processes_lose_no_append(shared_store: Store) -> None:
-    store = shared_store
-    store.write("shared", "")
-    spawn = multiprocessing.get_context("spawn")
-    workers = [spawn.Process(target=append_lines, args=(describe(store), w, 200)) for w in range(4)]
-    for process in workers:
-        process.start()
-    for process in workers:
-        process.join(timeout=240)
-    assert [process.exitcode for process in workers] == [0] * 4
-    assert_all_lines(store.read("shared"), workers=4, count=200)
-
-
-def assert_all_lines(value: str | None, *, workers: int, count: int) -> None:
-    lines = (value or "").splitlines()
-    assert len(lines) == workers * count
-    for worker in range(workers):
-        assert [line for line in lines if line.startswith(f"{worker}:")] == [f"{worker}:{i}" for i in range(count)]
-
-
-# --- Versions: what the saver's fast path relies on ---
-
-
-def test_version_changes_with_every_write(store: Store) -> None:
-    assert store.version("t") is None
-    seen = []
-    for change in (lambda old: "one\n", append("two\n"), lambda old: "other\n", lambda old: ""):
-        new, version = store.update_versioned("t", change)
-        assert new == store.read("t") and version is not None and version == store.version("t")
-        seen.append(version)
-    seen.append(store.append_if("t", "x\n", seen[-1]))
-    assert seen[-1] == store.version("t") and store.read("t") == "x\n"
-    store.delete("t")
-    assert store.version("t") is None
-    store.write("t", "x\n")  # the same value again, after a delete: still a new version
-    seen.append(store.version("t"))
-    assert None not in seen and len(set(seen)) == len(seen)
-
-
-def test_a_no_op_update_reports_the_version_too(store: Store) -> None:
-    store.update_versioned("t", lambda old: "v\n")
-    new, version = store.update_versioned("t", lambda old: old)
-    assert new == "v\n" and version is not None and store.version("t") == version
-    assert store.update_versioned("t", lambda old: None) == (None, None) and store.version("t") is None
-    assert store.update_versioned("never", lambda old: None) == (None, None) and list(store.keys()) == []
-
-
-def test_append_if_refuses_a_stale_version_and_writes_nothing(store: Store) -> None:
-    assert store.append_if("absent", "x", None) is None
-    _new, first = store.update_versioned("t", lambda old: "one\n")
-    second = store.append_if("t", "two\n", first)
-    assert second is not None and second != first and second == store.version("t")
-    assert store.append_if("t", "stale\n", first) is None
-    assert store.append_if("t", "garbage\n", ("not", "a", "version")) is None
-    assert store.read("t") == "one\ntwo\n" and store.version("t") == second
-    store.delete("t")
-    assert store.append_if("t", "after delete\n", second) is None
-    assert store.read("t") is None and list(store.keys()) == []
-    store.write("t", "one\ntwo\n")
-    assert store.append_if("t", "recreated\n", second) is None
-    assert store.read("t") == "one\ntwo\n"
-
-
-def test_another_store_object_sees_every_write(shared_store: Store) -> None:
-    store = shared_store
-    other = reopen(describe(store))
-    try:
-        _new, version = store.update_versioned("t", lambda old: "one\n")
-        assert other.version("t") == version
-        moved = other.append_if("t", "two\n", version)
-        assert store.version("t") == moved != version
-        assert store.append_if("t", "lost\n", version) is None
-        assert store.read("t") == other.read("t") == "one\ntwo\n"
-        other.write("t", "rewritten\n")
-        assert store.version("t") not in (version, moved) and store.read("t") == "rewritten\n"
-    finally:
-        other.close()
-
-
-@pytest.mark.parametrize("value", VALUES + ["lone \ud800 high", "nul \x00 char"], ids=range(len(VALUES) + 2))
-def test_append_if_stores_exactly_or_refuses(store: Store, value: str) -> None:
-    _new, version = store.update_versioned("t", lambda old: "head\n")
-    try:
-        moved = store.append_if("t", value, version)
-    except StoreError:
-        assert store.read("t") == "head\n" and store.version("t") == version
-    else:
-        assert moved == store.version("t") and store.read("t") == "head\n" + value
-
-
-def test_threads_racing_append_if_one_winner_per_version(store: Store) -> None:
-    store.write("shared", "")
-    with ThreadPoolExecutor(6) as pool:
-        list(pool.map(lambda worker: append_if_loop(store, worker, 30), range(6)))
-    assert_one_winner_per_version(store.read("shared"), workers=6, count=30)
-
-
-def test_processes_racing_append_if_one_winner_per_version(shared_store: Store) -> None:
-    store = shared_store
-    store.write("shared", "")
-    spawn = multiprocessing.get_context("spawn")
-    workers = [spawn.Process(target=append_if_lines, args=(describe(store), w, 50)) for w in range(4)]
-    for process in workers:
-        process.start()
-    for process in workers:
-        process.join(timeout=240)
-    assert [process.exitcode for process in workers] == [0] * 4
-    assert_one_winner_per_version(store.read("shared"), workers=4, count=50)
-
-
-def assert_one_winner_per_version(value: str | None, *, workers: int, count: int) -> None:
-    """Every worker's lines are there once, in order, and no two appended at the same version."""
-    lines = (value or "").splitlines()
-    assert_all_lines("".join(line.rsplit(":", 1)[0] + "\n" for line in lines), workers=workers, count=count)
-    versions = [line.split(":", 2)[2] for line in lines]
-    assert len(set(versions)) == len(versions)
-
-
-async def test_async_versions(astore: Store) -> None:
-    assert await astore.aversion("t") is None
-    new, version = await astore.aupdate_versioned("t", lambda old: "one\n")
-    assert new == "one\n" and version is not None and version == await astore.aversion("t")
-    assert version == astore.version("t")
-    moved = await astore.aappend_if("t", "two\n", version)
-    assert moved is not None and moved != version and moved == await astore.aversion("t")
-    assert await astore.aappend_if("t", "stale\n", version) is None
-    assert await astore.aread("t") == "one\ntwo\n"
-    assert await astore.aupdate_versioned("t", lambda old: None) == (None, None)
-    assert await astore.aversion("t") is None and await astore.aappend_if("t", "x", moved) is None
-
-
-async def test_async_racing_append_if_one_winner(astore: Store) -> None:
-    _new, version = await astore.aupdate_versioned("t", lambda old: "")
-    for round_ in range(5):
-        results = await asyncio.gather(*(astore.aappend_if("t", f"{round_}:{w}\n", version) for w in range(6)))
-        winners = [result for result in results if result is not None]
-        assert len(winners) == 1 and winners[0] == await astore.aversion("t")
-        version = winners[0]
-    assert len((await astore.aread("t") or "").splitlines()) == 5
-
-
 def test_sqlite_lone_appends_commit_synced_and_batches_share_one_fsync(tmp_path: Path) -> None:
     """A lone append syncs the WAL in its own commit (synchronous=FULL): no separate fsync.
     Appends that come together commit unsynced, and one flush of the WAL serves them all."""
@@ -496,95 +177,6 @@ def test_sqlite_lone_appends_commit_synced_and_batches_share_one_fsync(tmp_path:
     assert len(syncs) == 2 and not store._commits.pending
     assert store.read("t") == "a\nb\nc\nd\n"
     store.close()
-
-
-# --- Async twins ---
-
-
-async def test_async_twins(astore: Store) -> None:
-    assert await astore.aread("t") is None
-    assert await astore.aupdate("t", append("one\n")) == "one\n"
-    assert await astore.aupdate("t", append("two\n")) == "one\ntwo\n"
-    await astore.awrite("u", "ü\u2028")
-    assert await astore.aread("u") == "ü\u2028"
-    assert sorted(await astore.akeys()) == ["t", "u"]
-    with pytest.raises(RuntimeError):
-        await astore.aupdate("t", fail)
-    assert await astore.aread("t") == "one\ntwo\n"
-    await astore.adelete("t")
-    assert await astore.aupdate("u", lambda old: None) is None
-    assert await astore.akeys() == []
-
-
-async def test_async_concurrent_updates_lose_nothing(astore: Store) -> None:
-    async def work(worker: int) -> None:
-        for i in range(25):
-            await astore.aupdate("shared", append(f"{worker}:{i}\n"))
-
-    await asyncio.gather(*(work(w) for w in range(4)))
-    assert_all_lines(await astore.aread("shared"), workers=4, count=25)
-    assert astore.read("shared") == await astore.aread("shared")
-
-
-# --- A state machine against a plain dict (local stores: fast) ---
-
-
-class StoreMachine(RuleBasedStateMachine):
-    """Random updates, deletes, failing changes and reads agree with a dict."""
-
-    kind = "memory"
-    keys = st.sampled_from(["a", "b/..", "nul\x00", "é🧵", ""])
-    texts = st.text(max_size=12)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.directory = tempfile.mkdtemp(prefix="telar-machine-")
-        self.store: Store = {
-            "memory": lambda: MemoryStore(),
-            "file": lambda: FileStore(Path(self.directory, "store"), fsync=False),
-            "sqlite": lambda: SQLiteStore(Path(self.directory, "db.sqlite"), fsync=False),
-        }[self.kind]()
-        self.model: dict[str, str] = {}
-
-    @rule(key=keys, value=texts)
-    def write(self, key: str, value: str) -> None:
-        assert self.store.update(key, lambda _old: value) == value
-        self.model[key] = value
-
-    @rule(key=keys, suffix=texts)
-    def extend(self, key: str, suffix: str) -> None:
-        expected = self.model.get(key, "") + suffix
-        assert self.store.update(key, lambda old: (old or "") + suffix) == expected
-        self.model[key] = expected
-
-    @rule(key=keys, by_update=st.booleans())
-    def delete(self, key: str, by_update: bool) -> None:
-        if by_update:
-            self.store.update(key, lambda _old: None)
-        else:
-            self.store.delete(key)
-        self.model.pop(key, None)
-
-    @rule(key=keys)
-    def failing_change(self, key: str) -> None:
-        with pytest.raises(RuntimeError):
-            self.store.update(key, fail)
-
-    @invariant()
-    def agrees_with_dict(self) -> None:
-        assert sorted(self.store.keys()) == sorted(self.model)
-        for key, value in self.model.items():
-            assert self.store.read(key) == value
-
-    def teardown(self) -> None:
-        self.store.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
-
-
-@pytest.mark.parametrize("kind", LOCAL_KINDS)
-def test_state_machine_against_dict(kind: str) -> None:
-    machine = type(f"StoreMachine_{kind}", (StoreMachine,), {"kind": kind})
-    run_state_machine_as_test(machine, settings=settings(max_examples=30, stateful_step_count=15, deadline=None))
 
 
 # --- Server faults: a dropped connection fails one call, changes nothing, and the next call works ---
