@@ -15,14 +15,23 @@ replaced, and goes to the end when it is deleted and set again.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, MutableMapping
+from enum import Enum
 from itertools import chain
-from typing import Any, Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 SEAL_AT = 64
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
-_MISSING: Any = object()
+
+
+class _Missing(Enum):
+    """The type of `_MISSING`: a one-member enum, so `value is not _MISSING` narrows to the value's type."""
+
+    MISSING = 0
+
+
+_MISSING: Final = _Missing.MISSING
 
 
 class Entries(MutableMapping[K, V], Generic[K, V]):
@@ -52,15 +61,15 @@ class Entries(MutableMapping[K, V], Generic[K, V]):
         return key not in self._sealed or key in self._gone
 
     def __getitem__(self, key: K) -> V:
-        value = self._recent.get(key, _MISSING)
+        value: V | _Missing = self._recent.get(key, _MISSING)
         if value is not _MISSING:
             return value
         if key in self._gone:
             raise KeyError(key)
         return self._sealed[key]
 
-    def get(self, key: K, default: Any = None) -> V | None:  # type: ignore[override]  # one signature for Mapping.get's overloads
-        value = self._recent.get(key, _MISSING)
+    def get(self, key: K, default: V | None = None) -> V | None:  # type: ignore[override]  # one signature for Mapping.get's overloads
+        value: V | _Missing = self._recent.get(key, _MISSING)
         if value is not _MISSING:
             return value
         if key in self._gone:
@@ -115,12 +124,14 @@ class Entries(MutableMapping[K, V], Generic[K, V]):
             if key not in gone:
                 yield key
 
-    def items(self) -> Any:
+    # Iterators, not Mapping's views: a view over the shared sealed dict and the recent layer would
+    # have to merge them (the cost of a copy that `Entries` avoids); every caller only iterates.
+    def items(self) -> Iterator[tuple[K, V]]:  # type: ignore[override]
         if self._only_added():
             return chain(self._sealed.items(), self._recent.items())
         return ((key, self[key]) for key in self._keys_in_order())
 
-    def values(self) -> Any:
+    def values(self) -> Iterator[V]:  # type: ignore[override]
         return (value for _key, value in self.items())
 
     def __repr__(self) -> str:

@@ -123,9 +123,10 @@ def _dumps(obj: dict[str, Any]) -> str:
 def plain_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
     """Metadata as plain JSON (tuples become lists, as in LangGraph's SQL savers)."""
     try:
-        return orjson.loads(orjson.dumps(metadata))
+        plain: dict[str, Any] = orjson.loads(orjson.dumps(metadata))  # a dict written and read back
     except TypeError as exc:
         raise SerializationError(f"checkpoint metadata must be JSON: {exc}") from exc
+    return plain
 
 
 def write_checkpoint(line: CheckpointLine) -> str:
