@@ -9,9 +9,9 @@ a requirement without a `>=` floor fails here, since it would go untested.
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 
 PROJECT = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]

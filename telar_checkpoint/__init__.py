@@ -18,7 +18,7 @@ from telar_checkpoint.errors import (
     UnknownFormatError,
     UsageError,
 )
-from telar_checkpoint.format import FORMAT_V1, FORMAT_V2
+from telar_checkpoint.format import FORMAT_V1, FORMAT_V2, FORMAT_V3
 from telar_checkpoint.migration import migrate
 from telar_checkpoint.repairing import repair
 from telar_checkpoint.saver import TelarSaver
@@ -28,6 +28,7 @@ from telar_checkpoint.stores import FileStore, MemoryStore, Store
 __all__ = [
     "FORMAT_V1",
     "FORMAT_V2",
+    "FORMAT_V3",
     "CheckpointCodec",
     "CheckpointDroppedError",
     "CheckpointRecord",

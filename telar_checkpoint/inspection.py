@@ -19,7 +19,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from telar_checkpoint._compat import writes_sort_key
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, TelarError
-from telar_checkpoint.format import FORMAT_V1, FORMAT_V2
+from telar_checkpoint.format import line_version
 from telar_checkpoint.history import Entry, History
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores.base import Store
@@ -216,7 +216,7 @@ def checkpoint_info(codec: CheckpointCodec, entry: Entry) -> CheckpointInfo:
         step=line.step,
         source=line.source,
         ts=line.checkpoint.get("ts"),
-        format=FORMAT_V2 if line.ns else FORMAT_V1,
+        format=line_version(line),
         parent=line.parent,
         next=next_nodes(entry),
         interrupts=_interrupts(codec, entry),

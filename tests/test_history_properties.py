@@ -120,9 +120,9 @@ class Thread:
         if moved_on:  # the root's history is the path to its head
             path = history.parent_chain("", root_head.line.id)
             assert sorted(by_ns[""]) == sorted(path), (by_ns[""], path)
-        # Version 2 lines only for persistent subgraphs and calls under the head.
+        # Subgraph lines (version 2, or 3 with a namespace) only for persistent subgraphs and calls under the head.
         for line in (self.text or "").split("\n")[:-1]:
-            if '"format":2' in line:
+            if '"ns":' in line:
                 assert '"ns":"p"' in line or '"ns":"q"' in line or any(f'"ns":"{ns}"' in line for ns in by_ns if ":" in ns)
 
 
