@@ -2,7 +2,7 @@
 apart, app servers in several processes sharing the cluster; on a single server, a prefix written
 by the release before the index (schema 2) read as it is, its index built when rebuilt.
 
-The shared suites (tests/test_stores.py, tests/test_store_index.py, the savers' tests) run on the
+The shared suites (StoreTests in tests/test_store_contract.py, the savers' tests) run on the
 cluster too, as the "redis-cluster" store kind."""
 
 from __future__ import annotations
