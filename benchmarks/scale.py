@@ -684,7 +684,8 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "Written by `python -m benchmarks.scale` (see benchmarks/README.md). Each thread holds three small checkpoints of "
         "one run; each cell is the median time of one call on a thread chosen at random (the JSON keeps every call's "
-        "time). Ratio: time at the largest level measured over time at the smallest "
+        "time). Ratio: time at the largest level measured over time at the smallest, of the medians and of the fastest "
+        "calls (which a loaded machine disturbs least: load only adds time) "
         f"(the levels in brackets when they are not the table's last and first); ✗ marks a ratio above {TARGET:g}, the target for the "
         "operations across threads (the list and delete_for_runs rows).",
         "",
@@ -707,7 +708,7 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"- {name}{which}: {fills or 'none'} ({shown})")
     ends = (str(levels[-1]), str(levels[0])) if levels else ("", "")
     header = " | ".join(f"{level:,}" for level in levels) + (f" | ratio {levels[-1]:,}/{levels[0]:,}" if levels else "")
-    out += ["", f"| saver | operation | {header} |", "|---" * (len(levels) + 3) + "|"]
+    out += ["", f"| saver | operation | {header} | ratio of the fastest calls |", "|---" * (len(levels) + 4) + "|"]
     missing: list[str] = []
     for name, entry in savers.items():
         timeout_s = runs[entry["run"]]["settings"]["timeout_s"]
@@ -722,7 +723,13 @@ def markdown(results: dict[str, Any]) -> str:
                     f"{'> ' if bound else ''}{value:,.{0 if value >= 100 else 1 if value >= 10 else 2}f}{' ✗' if value > TARGET else ''}"
                 )
                 shown_ratio += "" if (top, bottom) == ends else f" ({int(top):,}/{int(bottom):,})"
-            out.append(f"| {name} | {SHOWN[op]} | {' | '.join(cells)} | {shown_ratio} |")
+            fastest = ""
+            if found:
+                top_s, bottom_s = by_level[top].get("seconds"), by_level[bottom].get("seconds")
+                if top_s and bottom_s:
+                    fast = min(top_s) / min(bottom_s)
+                    fastest = f"{fast:,.{0 if fast >= 100 else 1 if fast >= 10 else 2}f}{' ✗' if fast > TARGET else ''}"
+            out.append(f"| {name} | {SHOWN[op]} | {' | '.join(cells)} | {shown_ratio} | {fastest} |")
             reasons: dict[str, list[str]] = {}
             for level, cell in by_level.items():
                 reason = cell.get("not_run") or cell.get("unsupported")
