@@ -195,7 +195,7 @@ def test_a_reader_of_versions_1_and_2_refuses_a_version_3_line(text: str, monkey
         read_line(text, "t", 1)
 
 
-def test_a_reader_that_predates_subgraphs_reads_a_thread_with_no_subgraph_and_no_newer_feature(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_golden_v1_is_read_whole_by_a_reader_that_predates_subgraphs(monkeypatch: pytest.MonkeyPatch) -> None:
     text = (GOLDEN / "v1.jsonl").read_text(encoding="utf-8")
     expected = codec.decode_history("g", text)
     monkeypatch.setattr(line_format, "READERS", {1: line_format.READERS[1]})
@@ -218,6 +218,7 @@ def test_each_version_checks_its_namespace(text: str, version: int, message: str
 
 
 # --- golden files: one per version, read forever ----------------------------------------
+# (named test_golden*: their Interrupt values need a newer langgraph than the lowest combination's)
 
 
 def test_there_is_a_golden_file_for_every_version() -> None:
@@ -227,7 +228,7 @@ def test_there_is_a_golden_file_for_every_version() -> None:
 
 
 @pytest.mark.parametrize("name", GOLDEN_FILES)
-def test_each_golden_file_reads_to_the_records_pinned_beside_it(name: str) -> None:
+def test_golden_files_read_to_the_records_pinned_beside_them(name: str) -> None:
     text = (GOLDEN / name).read_text(encoding="utf-8")
     pinned = orjson.loads((GOLDEN / name.replace(".jsonl", ".records.json")).read_bytes())
     assert orjson.loads(orjson.dumps(read_records(text))) == pinned
