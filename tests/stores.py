@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ import pytest
 
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
+from telar_checkpoint.testing import child_exit_code as child_exit_code  # for the tests that import it from here
 
 STORE_KINDS = ["memory", "file", "sqlite", "postgres", "redis", "redis-cluster"]
 LOCAL_KINDS = ["memory", "file", "sqlite"]
@@ -214,43 +214,3 @@ def redis_delete_prefix(prefix: str, *, cluster: bool = False) -> None:
             client.delete(key)
     finally:
         client.close()
-
-
-def append_lines(description: tuple[str, dict[str, Any]], worker: int, count: int) -> None:
-    """Append `count` lines ``worker:i`` to the key "shared", one update each (run in a child process)."""
-    store = reopen(description)
-    try:
-        for i in range(count):
-            store.update("shared", lambda old, line=f"{worker}:{i}\n": (old or "") + line)
-    finally:
-        store.close()
-
-
-def append_if_lines(description: tuple[str, dict[str, Any]], worker: int, count: int) -> None:
-    """Append `count` lines ``worker:i:version`` to the key "shared" by `append_if`, each at the version
-    just read, retrying when another writer moved it (run in a child process, or a thread)."""
-    store = reopen(description)
-    try:
-        append_if_loop(store, worker, count)
-    finally:
-        store.close()
-
-
-def append_if_loop(store: Store, worker: int, count: int) -> None:
-    i = 0
-    while i < count:
-        version = store.version("shared")
-        if store.append_if("shared", f"{worker}:{i}:{version!r}\n", version) is not None:
-            i += 1
-
-
-def child_exit_code(pid: int, hung: str, timeout: float = 10.0) -> int:
-    """The exit code of forked child `pid`; the test fails with `hung` if it does not end in time."""
-    deadline = time.monotonic() + timeout
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if done[0] == 0:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        pytest.fail(hung)
-    return os.waitstatus_to_exitcode(done[1])
