@@ -521,16 +521,25 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             self._index_checked = True
         return True
 
+    async def arebuild_index(self) -> int:
+        count = 0
+        if self.store.indexes:
+            for thread_id in await self.store.akeys():
+                text = await self.store.aread(thread_id)
+                if text is not None:
+                    await self.store.aindex(thread_id, self._history_terms(thread_id, text))
+                    count += 1
+            await self.store.aset_index_ready()
+        self._recorded.clear()
+        self._index_checked = self.store.indexes
+        return count
+
     async def _aindex_usable(self) -> bool:
         if not self.store.indexes:
             return False
         if not self._index_checked:
             if not await self.store.aindex_ready():
-                for thread_id in await self.store.akeys():
-                    text = await self.store.aread(thread_id)
-                    if text is not None:
-                        await self.store.aindex(thread_id, self._history_terms(thread_id, text))
-                await self.store.aset_index_ready()
+                await self.arebuild_index()
             self._index_checked = True
         return True
 

@@ -209,6 +209,19 @@ def test_an_index_missing_is_rebuilt_before_use(shared_store: Store) -> None:
         store.close()
 
 
+async def test_an_index_missing_is_rebuilt_before_use_by_alist(shared_store: Store) -> None:
+    fill(TelarSaver(shared_store))
+    forget_index(shared_store)
+    store = reopen(describe(shared_store))
+    try:
+        saver = TelarSaver(store)
+        found = {t.config["configurable"]["thread_id"] async for t in saver.alist(None, filter={"user_id": "u0"})}
+        assert found == {"t00", "t03", "t06", "t09"}
+        assert await store.aindex_ready() and store.indexed("run:run-4") == ["t04"]
+    finally:
+        await store.aclose()
+
+
 def test_a_file_store_made_by_hand_is_indexed_before_use(tmp_path: Path) -> None:
     """Histories copied into a directory that never had an index: the index is not ready."""
     source = FileStore(tmp_path / "a")
