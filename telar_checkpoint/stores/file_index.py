@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from telar_checkpoint.stores.sqlite import SQLiteStore, _Connection
+from telar_checkpoint.stores.sqlite import _INSERT, SQLiteStore, _Connection, _encode
 
 INDEX_DIR = ".index"
 INDEX_FILE = "index.sqlite3"
@@ -46,11 +46,12 @@ class FileIndex(SQLiteStore):
             conn.execute("DELETE FROM telar_meta WHERE name = 'index'")
 
     def add_keys(self, keys: Iterable[str]) -> None:
-        """Record every key of `keys` that is not recorded yet (a rebuild)."""
+        """Record every key of `keys` that is not recorded yet (a rebuild), in one synced transaction."""
         have = set(self.keys())
-        for key in keys:
-            if key not in have:
-                self.write(key, "")
+        missing = [(_encode(key), _encode("")) for key in dict.fromkeys(keys) if key not in have]
+        if missing:
+            with self._commit() as conn, self._transaction(conn):
+                conn.executemany(_INSERT, missing)
 
     def add_key(self, key: str) -> None:
         self.write(key, "")
