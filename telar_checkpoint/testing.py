@@ -438,6 +438,17 @@ class StoreTests:
         assert store.append_if("t", "recreated\n", second) is None
         assert store.read("t") == "one\ntwo\n"
 
+    @needs("versions")
+    def test_appending_nothing_returns_a_usable_version(self, store: Store) -> None:
+        """An empty suffix changes nothing: the version it returns (which may be the one it
+        was given) is the current one, and the next append at it succeeds."""
+        _new, version = store.update_versioned("t", lambda old: "")
+        assert version is not None
+        kept = store.append_if("t", "", version)
+        assert kept is not None and kept == store.version("t") and store.read("t") == ""
+        moved = store.append_if("t", "x\n", kept)
+        assert moved is not None and moved != kept and store.read("t") == "x\n"
+
     @needs("versions", "shared")
     def test_another_store_object_sees_every_write(self, store: Store) -> None:
         other = self.reopen(store)
@@ -773,9 +784,9 @@ class StoreMachine(RuleBasedStateMachine):
         if stale or key not in self.model:
             assert moved is None and self.store.version(key) == current
             return
-        assert moved is not None and moved != current
+        assert moved is not None and (moved != current or not suffix)  # appending nothing may keep the version
         self.model[key] += suffix
-        self.changed(key, moved)
+        self.changed(key, moved, same=not suffix)
 
     @precondition(lambda self: self.indexes)
     @rule(key=MACHINE_KEYS, terms=st.lists(st.sampled_from(MACHINE_TERMS), max_size=3), data=st.data())
