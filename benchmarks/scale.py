@@ -4,7 +4,7 @@
     python -m benchmarks.scale                         # levels 100,10000,100000
     python -m benchmarks.scale --levels 100,10000 --only Telar/sqlite,SqliteSaver
     python -m benchmarks.scale --fill text             # TelarSaver stores: copies of one encoded history,
-                                                       # each indexed as a migration does (record_terms)
+                                                       # each written as a migration does (saver.rewrite)
 
 Each saver is filled with N threads, cumulatively (100, then up to 10^4, ...), each the
 history of one run: three checkpoints whose metadata holds `source`, `step`, `parents`, the
@@ -77,7 +77,7 @@ class Settings:
     reps: int = 5  # calls per operation and level; the median is reported
     timeout_s: float = 60.0  # a call taking longer is reported as "> timeout_s"
     op_budget_s: float = 20.0  # stop repeating an operation at a level once its calls took this long
-    fill: str = "put"  # "put": every checkpoint through saver.put; "text": copies of one history, indexed (record_terms)
+    fill: str = "put"  # "put": every checkpoint through saver.put; "text": copies of one history, written as a migration does
     fill_workers: int | None = None  # threads filling a saver (None: 1 for in-process savers, 8 for the others)
     fill_budget_s: float = 3600.0  # a fill taking longer ends that saver's run
     jobs: int = 1  # savers measured at once (more than 1 disturbs the times: for smoke runs)
@@ -292,8 +292,7 @@ class Bench:
 
             def write(i: int) -> None:  # as a migration writes a whole history: its terms first
                 thread, history = self.ids.thread(i), text(i)
-                saver.record_terms(thread, history)  # type: ignore[attr-defined]
-                saver.store.write(thread, history)  # type: ignore[attr-defined]
+                saver.rewrite(thread, lambda old: history, text=history)  # type: ignore[attr-defined]
 
         else:
 

@@ -153,5 +153,7 @@ def repair(
                                       f"run the repair again (the original is in {target})")
         return plan.text
 
-    store.update(thread_id, change)
+    from telar_checkpoint.saver import TelarSaver
+
+    TelarSaver(store).rewrite(thread_id, change)
     return plan

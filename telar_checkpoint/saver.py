@@ -34,7 +34,8 @@ from telar_checkpoint.errors import TelarError, UsageError
 from telar_checkpoint.history import Entry, History
 from telar_checkpoint.parse_cache import VersionedHistories
 from telar_checkpoint.serializer import JsonSerializer
-from telar_checkpoint.stores.base import Store
+from telar_checkpoint.steps import Steps, arun, call, run
+from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.file import FileStore
 from telar_checkpoint.terms import filter_terms, history_terms, metadata_terms, run_term
 from telar_checkpoint.writer_locks import AsyncTurns, Batch, Lingers, Turns, WriterLocks, carrying
@@ -169,29 +170,35 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             self._histories.keep(thread_id, version, history)
         return history
 
-    def _history(self, thread_id: str) -> History:
-        """The thread's parsed history, read only when the store's version says it changed."""
-        version = self.store.version(thread_id)
-        cached = self._histories.get(thread_id, version)
-        if cached is not None:
-            return cached
-        text = self.store.read(thread_id)
-        return self._parsed(thread_id, version, text, self.store.version(thread_id) if version is not None else None)
-
-    async def _ahistory(self, thread_id: str) -> History:
-        version = await self.store.aversion(thread_id)
-        cached = self._histories.get(thread_id, version)
-        if cached is not None:
-            return cached
-        text = await self.store.aread(thread_id)
-        version_after = await self.store.aversion(thread_id) if version is not None else None
+    async def _aparsed(self, thread_id: str, version: Hashable | None, text: str | None, version_after: Hashable | None) -> History:
         if text is not None and len(text) > OFF_LOOP_CHARS:  # parsing takes about 35 ms a MB
             return await asyncio.to_thread(self._parsed, thread_id, version, text, version_after)
         return self._parsed(thread_id, version, text, version_after)
 
+    def _history_steps(self, thread_id: str) -> Steps[History]:
+        """The thread's parsed history, read only when the store's version says it changed."""
+        version = yield call(self.store, "version", thread_id)
+        cached = self._histories.get(thread_id, version)
+        if cached is not None:
+            return cached
+        text = yield call(self.store, "read", thread_id)
+        version_after = (yield call(self.store, "version", thread_id)) if version is not None else None
+        return (yield call(self, "_parsed", thread_id, version, text, version_after))
+
+    def _history(self, thread_id: str) -> History:
+        return run(self._history_steps(thread_id))
+
+    async def _ahistory(self, thread_id: str) -> History:
+        return await arun(self._history_steps(thread_id))
+
     def _after_update(self, thread_id: str, new: str | None, version: Hashable | None) -> None:
+        """Keep the history an update stored (a damaged one, which only a rewrite leaves, is
+        not kept: it is read again, and its error raised, when it is next used)."""
         if new is not None and version is not None:
-            self._histories.keep(thread_id, version, self.codec.parse(thread_id, new))
+            try:
+                self._histories.keep(thread_id, version, self.codec.parse(thread_id, new))
+            except TelarError:
+                pass
 
     def _join(self, turns: Turns | AsyncTurns, thread_id: str, make_lines: Any, change: Any) -> Batch | None:
         """Leave the change with the thread's `Batch` for the next writer to append (see
@@ -232,6 +239,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return carried, lines
 
     def _lines(self, thread_id: str, carried: Batch | None, make_lines: Any) -> _Lines | None:
+        if make_lines is _whole:
+            return None
         if carried is not None:
             if carried.history is None:
                 return None
@@ -273,9 +282,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             joined = self._join(turns, thread_id, make_lines, change) if linger else None
             if joined is None:
                 carried, lines = self._take(turns, thread_id, make_lines)
-                appended = self._store_now(thread_id, carried, lines, change, batch=bool(turns.waiting), terms=terms)
+                appended = run(self._store_steps(thread_id, carried, lines, change, batch=bool(turns.waiting), terms=terms))
         if joined is None:
-            self._flushed(thread_id, carried, appended)
+            run(self._flush_steps(thread_id, carried, appended))
             return
         done = cast(threading.Event, joined.done)
         if not done.wait(linger):
@@ -283,17 +292,17 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 mine = turns.batches.get(thread_id) is joined  # nobody came: write it ourselves
                 if mine:
                     carried, lines = self._take(turns, thread_id, None)
-                    appended = self._store_now(thread_id, carried, lines, None, batch=bool(turns.waiting))
+                    appended = run(self._store_steps(thread_id, carried, lines, None, batch=bool(turns.waiting)))
             if mine:
-                self._flushed(thread_id, carried, appended)
+                run(self._flush_steps(thread_id, carried, appended))
             done.wait()
         joined.result()
 
-    def _store_now(
+    def _store_steps(
         self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, batch: bool, terms: set[str] | None = None
-    ) -> bool:
+    ) -> Steps[bool]:
         """Append `lines` if the store is at their version, else update whole; whether it
-        appended (and so needs a flush, see `_flushed`). A failure fails the carried batch too.
+        appended (and so needs a flush, see `_flush_steps`). A failure fails the carried batch too.
         A put's index `terms` are recorded first (those this saver has not recorded for the thread
         before an append; all of them before an update, as the thread may have been deleted, and
         its terms with it, since), inside the turn: a write lingering for this put is carried, not
@@ -302,25 +311,27 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             if lines is not None:
                 version, history, suffix = lines
                 if terms and (new := self._new_terms(thread_id, terms)):
-                    self.store.index(thread_id, new)
+                    yield call(self.store, "index", thread_id, new)
                     self._recorded_terms(thread_id, new)
-                if not suffix and self.store.version(thread_id) == version:
+                if not suffix and (yield call(self.store, "version", thread_id)) == version:
                     return False
-                new_version = self.store.append_if_deferred(thread_id, suffix, version, batch=batch) if suffix else None
+                new_version = None
+                if suffix:
+                    new_version = yield call(self.store, "append_if_deferred", thread_id, suffix, version, batch=batch)
                 if new_version is not None:
                     self._histories.keep(thread_id, new_version, history)
                     return True
             if terms:
-                self.store.index(thread_id, terms)
+                yield call(self.store, "index", thread_id, terms)
                 self._recorded_terms(thread_id, terms)
-            self._after_update(thread_id, *self.store.update_versioned(thread_id, self._changes(carried, change)))
+            self._after_update(thread_id, *(yield call(self.store, "update_versioned", thread_id, self._changes(carried, change))))
         return False
 
-    def _flushed(self, thread_id: str, carried: Batch | None, appended: bool) -> None:
+    def _flush_steps(self, thread_id: str, carried: Batch | None, appended: bool) -> Steps[None]:
         """Make an append durable, then let the writers of the batch it carried return."""
         with carrying(carried, finish=True):
             if appended:
-                self.store.flush(thread_id)
+                yield call(self.store, "flush", thread_id)
 
     async def _awrite(
         self, thread_id: str, make_lines: Any, change: Any, writes: bool = False, terms: set[str] | None = None
@@ -331,9 +342,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             joined = self._join(turns, thread_id, make_lines, change) if linger else None
             if joined is None:
                 carried, lines = self._take(turns, thread_id, make_lines)
-                appended = await self._astore_now(thread_id, carried, lines, change, batch=bool(turns.waiting), terms=terms)
+                appended = await arun(self._store_steps(thread_id, carried, lines, change, batch=bool(turns.waiting), terms=terms))
         if joined is None:
-            await self._aflushed(thread_id, carried, appended)
+            await arun(self._flush_steps(thread_id, carried, appended))
             return
         adone = cast(asyncio.Event, joined.done)
         try:
@@ -343,39 +354,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 mine = turns.batches.get(thread_id) is joined
                 if mine:
                     carried, lines = self._take(turns, thread_id, None)
-                    appended = await self._astore_now(thread_id, carried, lines, None, batch=bool(turns.waiting))
+                    appended = await arun(self._store_steps(thread_id, carried, lines, None, batch=bool(turns.waiting)))
             if mine:
-                await self._aflushed(thread_id, carried, appended)
+                await arun(self._flush_steps(thread_id, carried, appended))
             await adone.wait()
         joined.result()
-
-    async def _astore_now(
-        self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, batch: bool, terms: set[str] | None = None
-    ) -> bool:
-        with carrying(carried):
-            if lines is not None:
-                version, history, suffix = lines
-                if terms and (new := self._new_terms(thread_id, terms)):
-                    await self.store.aindex(thread_id, new)
-                    self._recorded_terms(thread_id, new)
-                if not suffix and await self.store.aversion(thread_id) == version:
-                    return False
-                new_version = (
-                    await self.store.aappend_if_deferred(thread_id, suffix, version, batch=batch) if suffix else None
-                )
-                if new_version is not None:
-                    self._histories.keep(thread_id, new_version, history)
-                    return True
-            if terms:
-                await self.store.aindex(thread_id, terms)
-                self._recorded_terms(thread_id, terms)
-            self._after_update(thread_id, *(await self.store.aupdate_versioned(thread_id, self._changes(carried, change))))
-        return False
-
-    async def _aflushed(self, thread_id: str, carried: Batch | None, appended: bool) -> None:
-        with carrying(carried, finish=True):
-            if appended:
-                await self.store.aflush(thread_id)
 
     def _put_change(self, thread_id: str, record: CheckpointRecord, new_versions: ChannelVersions) -> tuple[Any, Any]:
         """The put as lines for a kept history and as a change of the stored string, its values
@@ -483,70 +466,43 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             return set()
         return history_terms(e.line.metadata for e in history.entries.values())
 
-    def record_terms(self, thread_id: str, text: str) -> None:
-        """Record the index terms of a history about to be written whole (a copy, a migration)."""
+    def _rebuild_index_steps(self) -> Steps[int]:
+        count = 0
         if self.store.indexes:
-            self.store.index(thread_id, self._history_terms(thread_id, text))
-            self._recorded.pop(thread_id, None)
-
-    async def arecord_terms(self, thread_id: str, text: str) -> None:
-        if self.store.indexes:
-            await self.store.aindex(thread_id, self._history_terms(thread_id, text))
-            self._recorded.pop(thread_id, None)
+            for thread_id in list((yield call(self.store, "keys"))):
+                text = yield call(self.store, "read", thread_id)
+                if text is not None:
+                    yield call(self.store, "index", thread_id, self._history_terms(thread_id, text))
+                    count += 1
+            yield call(self.store, "set_index_ready")
+        self._recorded.clear()
+        self._index_checked = self.store.indexes
+        return count
 
     def rebuild_index(self) -> int:
         """Record the index terms of every thread the store holds, reading each once, then note
         the index ready; the number of threads read. The saver does this itself before it first
         uses an index that is not ready; call it after editing a file store's threads by hand."""
-        count = 0
-        if self.store.indexes:
-            for thread_id in list(self.store.keys()):
-                text = self.store.read(thread_id)
-                if text is not None:
-                    self.store.index(thread_id, self._history_terms(thread_id, text))
-                    count += 1
-            self.store.set_index_ready()
-        self._recorded.clear()
-        self._index_checked = self.store.indexes
-        return count
+        return run(self._rebuild_index_steps())
 
-    def _index_usable(self) -> bool:
+    async def arebuild_index(self) -> int:
+        return await arun(self._rebuild_index_steps())
+
+    def _index_usable_steps(self) -> Steps[bool]:
         """Whether to look threads up in the store's index, rebuilding it first when it is not
         ready (a store written by a release without one): once per saver."""
         if not self.store.indexes:
             return False
         if not self._index_checked:
-            if not self.store.index_ready():
-                self.rebuild_index()
-            self._index_checked = True
-        return True
-
-    async def arebuild_index(self) -> int:
-        count = 0
-        if self.store.indexes:
-            for thread_id in await self.store.akeys():
-                text = await self.store.aread(thread_id)
-                if text is not None:
-                    await self.store.aindex(thread_id, self._history_terms(thread_id, text))
-                    count += 1
-            await self.store.aset_index_ready()
-        self._recorded.clear()
-        self._index_checked = self.store.indexes
-        return count
-
-    async def _aindex_usable(self) -> bool:
-        if not self.store.indexes:
-            return False
-        if not self._index_checked:
-            if not await self.store.aindex_ready():
-                await self.arebuild_index()
+            if not (yield call(self.store, "index_ready")):
+                yield from self._rebuild_index_steps()
             self._index_checked = True
         return True
 
     def _threads(self, filter: dict[str, Any] | None) -> Iterator[str]:
         """The threads that may hold checkpoints matching `filter`, in order: those the index
         records under every term of the filter, else every thread, a page at a time."""
-        if not self._index_usable():
+        if not run(self._index_usable_steps()):
             yield from sorted(self.store.keys())
             return
         terms = filter_terms(filter) if filter else None
@@ -559,7 +515,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             after = page[-1]
 
     async def _athreads(self, filter: dict[str, Any] | None) -> AsyncIterator[str]:
-        if not await self._aindex_usable():
+        if not await arun(self._index_usable_steps()):
             for thread_id in sorted(await self.store.akeys()):
                 yield thread_id
             return
@@ -574,16 +530,14 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 yield thread_id
             after = page[-1]
 
-    def _runs_threads(self, runs: set[str]) -> list[str]:
+    def _runs_threads_steps(self, runs: set[str]) -> Steps[list[str]]:
         """The threads that may hold checkpoints of these runs."""
-        if not self._index_usable():
-            return sorted(self.store.keys())
-        return sorted({thread_id for run_id in runs for thread_id in self.store.indexed(run_term(run_id))})
-
-    async def _aruns_threads(self, runs: set[str]) -> list[str]:
-        if not await self._aindex_usable():
-            return sorted(await self.store.akeys())
-        return sorted({thread_id for run_id in runs for thread_id in await self.store.aindexed(run_term(run_id))})
+        if not (yield from self._index_usable_steps()):
+            return sorted((yield call(self.store, "keys")))
+        threads: set[str] = set()
+        for run_id in runs:
+            threads.update((yield call(self.store, "indexed", run_term(run_id))))
+        return sorted(threads)
 
     def _stale_run_terms(self, thread_id: str, runs: set[str], new: str | None) -> set[str]:
         """The run terms a thread no longer needs once `delete_for_runs` left it `new`."""
@@ -591,6 +545,35 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         if new is None or not self.store.indexes:
             return set()
         return {run_term(r) for r in runs} - self._history_terms(thread_id, new)
+
+    # --- operations on whole threads, written once for the sync and async methods ---
+
+    def _text_terms(self, thread_id: str, text: str | None) -> set[str] | None:
+        if text is None or not self.store.indexes:
+            return None
+        self._recorded.pop(thread_id, None)
+        return self._history_terms(thread_id, text)
+
+    def _delete_for_runs_steps(self, runs: set[str]) -> Steps[None]:
+        for thread_id in (yield from self._runs_threads_steps(runs)):
+            new = yield call(self, "rewrite", thread_id, lambda old: self.codec.remove_runs(old, runs))
+            if stale := self._stale_run_terms(thread_id, runs, new):
+                yield call(self.store, "unindex", thread_id, stale)
+
+    def _copy_steps(self, source: str, target: str) -> Steps[None]:
+        text = yield call(self.store, "read", source)
+        if text is not None:
+            self.codec.parse(source, text)  # refuse to copy a corrupt history
+            yield call(self, "rewrite", target, lambda old: text, text=text)
+
+    def _prune_steps(self, thread_ids: Sequence[str], strategy: str) -> Steps[None]:
+        strategy = _check_strategy(strategy)
+        for thread_id in map(str, thread_ids):
+            self._recorded.pop(thread_id, None)
+            if strategy == "delete":
+                yield call(self.store, "delete", thread_id)
+            else:
+                yield call(self, "rewrite", thread_id, self.codec.keep_latest)
 
     # --- sync API -------------------------------------------------------------------
 
@@ -632,27 +615,26 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self.store.delete(str(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        runs = set(run_ids)
-        for thread_id in self._runs_threads(runs):
-            new = self.store.update(thread_id, lambda old: self.codec.remove_runs(old, runs))
-            if stale := self._stale_run_terms(thread_id, runs, new):
-                self.store.unindex(thread_id, stale)
+        run(self._delete_for_runs_steps(set(run_ids)))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        text = self.store.read(str(source_thread_id))
-        if text is not None:
-            self.codec.parse(str(source_thread_id), text)  # refuse to copy a corrupt history
-            self.record_terms(str(target_thread_id), text)
-            self.store.write(str(target_thread_id), text)
+        run(self._copy_steps(str(source_thread_id), str(target_thread_id)))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        strategy = _check_strategy(strategy)
-        for thread_id in thread_ids:
-            self._recorded.pop(str(thread_id), None)
-            if strategy == "delete":
-                self.store.delete(str(thread_id))
-            else:
-                self.store.update(str(thread_id), self.codec.keep_latest)
+        run(self._prune_steps(thread_ids, strategy))
+
+    def rewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
+        """Change the thread's whole stored history, `change(old) -> new` (None: no thread),
+        the one way every change but a put or its writes is written (delete_for_runs, prune,
+        copy, migration, trim, repair): in turn with the saver's other writers, after the
+        writes waiting to be carried, atomically in the store; the new history. An error of
+        `change` is raised here, and the writes carried with it are stored all the same.
+        `text`: the history the change writes, when known before (a copy, a migration): its
+        index terms are recorded before it is written. A change that only removes checkpoints
+        needs none (an index may name a thread that no longer holds a term, never the reverse)."""
+        rewrite = _Rewrite(change)
+        self._write(thread_id, _whole, rewrite, terms=self._text_terms(thread_id, text))
+        return rewrite.result()
 
     def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
         if not channels:
@@ -702,27 +684,18 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         await self.store.adelete(str(thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        runs = set(run_ids)
-        for thread_id in await self._aruns_threads(runs):
-            new = await self.store.aupdate(thread_id, lambda old: self.codec.remove_runs(old, runs))
-            if stale := self._stale_run_terms(thread_id, runs, new):
-                await self.store.aunindex(thread_id, stale)
+        await arun(self._delete_for_runs_steps(set(run_ids)))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        text = await self.store.aread(str(source_thread_id))
-        if text is not None:
-            self.codec.parse(str(source_thread_id), text)
-            await self.arecord_terms(str(target_thread_id), text)
-            await self.store.awrite(str(target_thread_id), text)
+        await arun(self._copy_steps(str(source_thread_id), str(target_thread_id)))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        strategy = _check_strategy(strategy)
-        for thread_id in thread_ids:
-            self._recorded.pop(str(thread_id), None)
-            if strategy == "delete":
-                await self.store.adelete(str(thread_id))
-            else:
-                await self.store.aupdate(str(thread_id), self.codec.keep_latest)
+        await arun(self._prune_steps(thread_ids, strategy))
+
+    async def arewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
+        rewrite = _Rewrite(change)
+        await self._awrite(thread_id, _whole, rewrite, terms=self._text_terms(thread_id, text))
+        return rewrite.result()
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -804,6 +777,36 @@ def _next(steps: Generator[Lookup | str, list[str] | None, None], reply: list[st
 
 async def _one_thread(thread_id: str) -> AsyncIterator[str]:
     yield thread_id
+
+
+def _whole(history: History) -> None:
+    """The lines of a rewrite: none, so that `_write` takes the path that changes the whole string."""
+    return None
+
+
+class _Rewrite:
+    """A change of a whole history, as `_write` applies it: after the changes of the writes
+    it carries, in the store's update. Its error is kept for its own caller (`result`), so
+    that the carried writes are stored all the same."""
+
+    def __init__(self, change: Change) -> None:
+        self.change = change
+        self.new: str | None = None
+        self.error: Exception | None = None
+
+    def __call__(self, old: str | None) -> str | None:
+        self.error = None  # a store may call a change again, on what another writer stored
+        try:
+            self.new = self.change(old)
+        except Exception as exc:
+            self.error = exc
+            return old
+        return self.new
+
+    def result(self) -> str | None:
+        if self.error is not None:
+            raise self.error
+        return self.new
 
 
 def _metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:

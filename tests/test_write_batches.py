@@ -225,3 +225,41 @@ def test_a_forked_child_neither_waits_on_nor_carries_its_parents_writers(tmp_pat
     saver.put(config(checkpoint_id=first["id"]), empty_checkpoint(), meta(0), {})
     writer.join(10)
     assert saver.get_tuple(config(checkpoint_id=first["id"])).pending_writes == [("parent-task", "ch", 1)]
+
+
+def test_a_rewrite_carries_the_waiting_writes_and_keeps_its_error_to_itself() -> None:
+    """Every change goes through the one write path: a rewrite (a trim, a repair, a migration)
+    takes its turn after the writes waiting in the batch, stores them with its own change in
+    one update, and a failing change fails the rewrite alone: the writes are stored."""
+    store = MemoryStore()
+    saver = TelarSaver(store)
+    first = first_checkpoint(saver)
+    lingering(saver, 30.0)
+    writer = started(saver, first["id"], "task-0", 0)
+
+    def refuse(old: str | None) -> str | None:
+        assert old is not None and "task-0" in old, "the change sees the carried writes"
+        raise ValueError("changed meanwhile")
+
+    with pytest.raises(ValueError, match="changed meanwhile"):
+        saver.rewrite("t", refuse)
+    writer.join(10)
+    assert not writer.is_alive()
+    assert saver.get_tuple(config()).pending_writes == [("task-0", "ch", 0)]
+    writer = started(saver, first["id"], "task-1", 1)
+    marked = saver.rewrite("t", lambda old: old + "")
+    writer.join(10)
+    assert marked == store.read("t") and "task-1" in marked
+    assert sorted(saver.get_tuple(config()).pending_writes) == [("task-0", "ch", 0), ("task-1", "ch", 1)]
+
+
+async def test_async_rewrite_returns_the_new_history_or_raises_its_error(astore) -> None:
+    saver = TelarSaver(astore)
+    checkpoint = empty_checkpoint()
+    await saver.aput(config(), checkpoint, meta(-1), {})
+    before = await astore.aread("t")
+    with pytest.raises(KeyError):
+        await saver.arewrite("t", lambda old: {}["missing"])
+    assert await astore.aread("t") == before
+    assert await saver.arewrite("t", lambda old: None) is None
+    assert await astore.aread("t") is None and await saver.aget_tuple(config()) is None

@@ -76,8 +76,9 @@ def cmd_trim(args: types.SimpleNamespace) -> int:
         ):
             print("aborted; nothing was changed", file=sys.stderr)
             return EXIT_FAILED
+        saver = TelarSaver(store)
         for plan in plans:
-            store.update(plan.thread_id, lambda old: codec.trim(old, args.keep))
+            saver.rewrite(plan.thread_id, lambda old: codec.trim(old, args.keep))
     if args.json:
         print(to_json({"trimmed": plans, "removed": removed, "corrupt": [str(exc) for exc in corrupt]}))
     elif plans:

@@ -56,8 +56,7 @@ def import_thread(saver: TelarSaver, thread_id: str, text: str, *, replace: bool
             )
         return new
 
-    saver.record_terms(thread_id, new)
-    saver.store.update(thread_id, change)
+    saver.rewrite(thread_id, change, text=new)
     if thread_id not in report.skipped:
         kept = saver.codec.parse(thread_id, new)
         report.threads = 1

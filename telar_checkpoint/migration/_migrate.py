@@ -2,7 +2,7 @@
 
 A thread is built as a string first (pure: `CheckpointCodec.append` per record,
 oldest first, so the format's rules apply as they would have live), compared with
-what the target holds, and written with one `store.update`. Rerunning after an
+what the target holds, and written with one `TelarSaver.rewrite`. Rerunning after an
 interruption skips threads already written and rewrites the others whole.
 """
 
@@ -153,8 +153,7 @@ def _store(report: MigrationReport, target: TelarSaver, thread_id: str, built: _
     if dry_run:
         change(target.store.read(thread_id))
     else:
-        target.record_terms(thread_id, built.text)
-        target.store.update(thread_id, change)
+        target.rewrite(thread_id, change, text=built.text)
     if outcome:
         report.skipped[thread_id] = outcome[0]
         return

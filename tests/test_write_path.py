@@ -1,0 +1,47 @@
+"""The saver has one write path: nothing else in the library changes a stored thread.
+
+Every change of a thread but a delete (put, writes, delete_for_runs, prune, copy, migration,
+import, trim, repair) goes through `TelarSaver._write`, in turn with the saver's other writers.
+This reads the library's source: a store's writing method called outside the stores and the
+saver's write path fails it, naming the place.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import telar_checkpoint
+
+WRITING = {"update", "update_versioned", "write", "append_if", "append_if_deferred"}
+WRITING |= {f"a{name}" for name in WRITING}
+PACKAGE = Path(telar_checkpoint.__file__).parent
+# The stores implement the methods; the store tests call them; the saver's write path is
+# the one caller (`_store_steps`, by name, through the steps driver).
+ALLOWED = {PACKAGE / "stores", PACKAGE / "testing.py"}
+
+
+def writing_calls(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in WRITING:
+            if "store" in ast.unparse(node.func.value).lower():
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {ast.unparse(node.func)}")
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "call" and len(node.args) >= 2:
+            name = node.args[1]
+            if isinstance(name, ast.Constant) and name.value in WRITING:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: call(..., {name.value!r})")
+    return found
+
+
+def test_only_the_write_path_writes_a_thread() -> None:
+    sources = [p for p in PACKAGE.rglob("*.py") if not any(p == a or a in p.parents for a in ALLOWED)]
+    found = [place for path in sources for place in writing_calls(path)]
+    assert len(sources) > 30
+    # the one place: the saver's `_store_steps` asks for the append and the update
+    assert [place.split(": ", 1)[1] for place in found] == [
+        "call(..., 'append_if_deferred')",
+        "call(..., 'update_versioned')",
+    ], "\n".join(found)
+    assert all(place.startswith("telar_checkpoint/saver.py:") for place in found)
