@@ -29,7 +29,6 @@ from telar_checkpoint.format import (
     write_writes,
 )
 from telar_checkpoint.history import MAX_CHAIN, Entry, History
-from telar_checkpoint.parse_cache import ParseCache
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.values import ValueCodec
 
@@ -80,14 +79,12 @@ class CheckpointCodec:
     """Encodes checkpoint records as JSON lines, state values through `serde` (default: `JsonSerializer`)."""
 
     def __init__(
-        self, serde: SerializerProtocol | None = None, *, cache_size: int = 64, keep_finished_subgraphs: bool = False
+        self, serde: SerializerProtocol | None = None, *, keep_finished_subgraphs: bool = False
     ) -> None:
         self.values = ValueCodec(serde or JsonSerializer())
         # Keep a finished subgraph call's checkpoints while the checkpoint it ran under is kept
         # (see `History.finished_calls`); by default they go once the call is over.
         self.keep_finished_subgraphs = keep_finished_subgraphs
-        # Parsing is pure, so its results for the last string of recent threads are memoized.
-        self.cache = ParseCache(cache_size)
 
     # --- records <-> lines ----------------------------------------------------
 
@@ -196,16 +193,9 @@ class CheckpointCodec:
         return self.append(None, record)
 
     def parse(self, thread_id: str | None, data: str | None) -> History:
-        """The parsed history, values still encoded (cheap to query). Shared: do not change it."""
-        return self.cache.parse(thread_id, data)
-
-    def _result(self, thread_id: str | None, history: History, stored: str | None, lines: list[str] | None) -> str:
-        """The string after a change: `stored` and the appended lines, or the history rewritten."""
-        if lines == [] and stored is not None:
-            return stored
-        text = history.render() if lines is None else (stored or "") + "".join(line + "\n" for line in lines)
-        self.cache.keep(thread_id, text, history)
-        return text
+        """The parsed history, values still encoded (cheap to query). `thread_id` names the
+        thread in errors."""
+        return History.parse(thread_id, data)
 
     def decode(self, thread_id: str | None, data: str | None) -> CheckpointRecord | None:
         """The latest checkpoint of the root namespace (or of the only one), or None."""
@@ -309,11 +299,23 @@ class CheckpointCodec:
             thread_id=thread_id,
         )
 
-    def apply(self, stored: str | None, make_lines: Callable[[History], list[str] | None], *, thread_id: str | None = None) -> str:
-        """`stored` after `make_lines` changed its history (an editable copy): with the lines it
-        returns appended, or rewritten whole when it returns None (see `put_lines`)."""
-        history = self.cache.editable(thread_id, stored)
-        return self._result(thread_id, history, stored, make_lines(history))
+    def apply(
+        self,
+        stored: str | None,
+        make_lines: Callable[[History], list[str] | None],
+        *,
+        thread_id: str | None = None,
+        history: History | None = None,
+    ) -> str:
+        """`stored` after `make_lines` changed its history: with the lines it returns appended,
+        or rewritten whole when it returns None (see `put_lines`). `history`: the history of
+        `stored`, parsed before, which `make_lines` may change (a copy the caller kept)."""
+        if history is None:
+            history = History.parse(thread_id, stored)
+        lines = make_lines(history)
+        if lines == [] and stored is not None:
+            return stored
+        return history.render() if lines is None else (stored or "") + "".join(line + "\n" for line in lines)
 
     def trim(self, stored: str | None, max_history: int) -> str:
         """`stored` cut to its last `max_history` checkpoints (see `append`)."""

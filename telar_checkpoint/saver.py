@@ -32,7 +32,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord, check_max_history
 from telar_checkpoint.errors import TelarError, UsageError
 from telar_checkpoint.history import Entry, History
-from telar_checkpoint.parse_cache import VersionedHistories
+from telar_checkpoint.parse_cache import ParseCache, VersionedHistories
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.steps import Steps, arun, call, run
 from telar_checkpoint.stores.base import Change, Store
@@ -103,7 +103,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self.store: Store = store if isinstance(store, Store) else _open_store(store)
         self.max_history = max_history
         self.codec = CheckpointCodec(serde, keep_finished_subgraphs=keep_finished_subgraphs)
+        # The caches: parsed histories by the store's version (a hit reads nothing), and by the
+        # text a change was last given or made (an update that retries parses only what is new).
         self._histories = VersionedHistories()
+        self._parses = ParseCache()
         self._writers = WriterLocks()
         self._lingers = Lingers(WRITES_LINGER if self.store.carry_writes else 0.0)
         self._recorded: dict[str, set[str]] = {}  # thread -> index terms this saver recorded for it
@@ -165,7 +168,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     # --- reading and writing a thread: the same steps, sync and async ---------------
 
     def _parsed(self, thread_id: str, version: Hashable | None, text: str | None, version_after: Hashable | None) -> History:
-        history = self.codec.parse(thread_id, text)
+        history = self._parses.parse(thread_id, text)
         if version is not None and version_after == version:
             self._histories.keep(thread_id, version, history)
         return history
@@ -196,7 +199,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         not kept: it is read again, and its error raised, when it is next used)."""
         if new is not None and version is not None:
             try:
-                self._histories.keep(thread_id, version, self.codec.parse(thread_id, new))
+                self._histories.keep(thread_id, version, self._parses.parse(thread_id, new))
             except TelarError:
                 pass
 
@@ -371,8 +374,17 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return self._change(thread_id, lambda history: self.codec.writes_lines(history, ns, cid, task_id, encoded, task_path))
 
     def _change(self, thread_id: str, make_lines: Any) -> tuple[Any, Any]:
-        """A change as lines for a kept history, and as a change of the stored string (the same lines)."""
-        return make_lines, lambda old: self.codec.apply(old, make_lines, thread_id=thread_id)
+        """A change as lines for a kept history, and as a change of the stored string (the same
+        lines, on a copy of the history last parsed or made from that string)."""
+
+        def change(old: str | None) -> str:
+            history = self._parses.editable(thread_id, old)
+            new = self.codec.apply(old, make_lines, thread_id=thread_id, history=history)
+            if new is not old:
+                self._parses.keep(thread_id, new, history)
+            return new
+
+        return make_lines, change
 
     def _get(self, config: RunnableConfig, history: History) -> CheckpointTuple | None:
         thread_id, ns = _thread_and_ns(config)

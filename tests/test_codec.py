@@ -667,3 +667,16 @@ def test_shapes_a_reader_cannot_take_are_corrupt_lines_naming_the_field(where, f
     from telar_checkpoint.verify import verify_thread
 
     assert [p.code for p in verify_thread("t", text)] == ["corrupt-line"]
+
+
+def test_the_codec_keeps_nothing_between_calls() -> None:
+    """Strings in, strings out: no memo of what it parsed (the saver keeps the caches), so a
+    history it returns is never shared with a later call, and the same input gives the same text."""
+    codec = CheckpointCodec()
+    text = codec.append(codec.append(None, record(1, None, 0), thread_id="t"), record(2, 1, 1), thread_id="t")
+    first, second = codec.parse("t", text), codec.parse("t", text)
+    assert first is not second and first.render() == second.render() == text
+    second.remove({("", "00000001")})
+    assert codec.parse("t", text).render() == text
+    assert codec.append(text, record(3, 2, 2), thread_id="t") == codec.append(text, record(3, 2, 2), thread_id="t")
+    assert set(vars(codec)) == {"values", "keep_finished_subgraphs"}
