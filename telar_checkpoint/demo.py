@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import operator
 import os
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from telar_checkpoint.errors import UsageError
-from telar_checkpoint.inspection import thread_history
 from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.stores.file import FileStore
 
 THREAD = "demo"
 
 
-def _graph() -> Any:
-    """The approval graph: prepare -> ask (interrupts) -> finish."""
+def approval_graph() -> Any:
+    """The approval graph (a `StateGraph` to compile): prepare -> ask (interrupts) -> finish."""
     try:
         from langgraph.graph import END, START, StateGraph
         from langgraph.types import interrupt
@@ -55,38 +55,35 @@ def _graph() -> Any:
     return builder
 
 
-def run_demo(directory: str | os.PathLike[str]) -> str:
-    """Run the demo with its files in `directory`; returns the text to print.
+@dataclass(frozen=True, slots=True)
+class DemoRun:
+    """What the demo saw: the question it paused on, the state a new saver found, the end."""
+
+    path: str  # the thread's file
+    question: Any  # the value the run paused with
+    paused_next: tuple[str, ...]  # the nodes to run next, as the second saver found them
+    paused_log: list[str]  # the log at the pause
+    log: list[str]  # the log once resumed
+    text: str  # the stored history
+
+
+def run_demo(directory: str | os.PathLike[str]) -> DemoRun:
+    """Run the demo with its files in `directory` (the CLI's ``demo`` prints it).
 
     Refuses (UsageError) a directory that already holds a thread named "demo".
     """
-    builder = _graph()  # first: it explains a missing langgraph
+    builder = approval_graph()  # first: it explains a missing langgraph
     from langgraph.types import Command
-
-    from telar_checkpoint.cli._commands import history_table
-    from telar_checkpoint.cli._output import compact
 
     config = {"configurable": {"thread_id": THREAD}}
     if FileStore(directory).read(THREAD) is not None:
         raise UsageError(f"{directory} already holds a thread {THREAD!r}; run the demo in a new directory")
-    out = [f"telar-checkpoint demo: a graph that asks for approval, stored in {directory}", ""]
-
     first = builder.compile(checkpointer=TelarSaver(FileStore(directory)))
-    result = first.invoke({"request": "deploy v2", "log": []}, config)
-    question = result["__interrupt__"][0].value
-    out.append('1. First saver: the run pauses at interrupt() in node "ask".')
-    out.append(f"   It asks: {compact(question)}")
-    out.append(f"   Stored: {FileStore(directory).path(THREAD)}")
-
+    question = first.invoke({"request": "deploy v2", "log": []}, config)["__interrupt__"][0].value
     second = builder.compile(checkpointer=TelarSaver(FileStore(directory)))  # as a new process would
     paused = second.get_state(config)
-    out.append("2. A new saver on the same files finds the pause:")
-    out.append(f"   next: {', '.join(paused.next)}; log so far: {compact(paused.values['log'])}")
     result = second.invoke(Command(resume="yes"), config)
-    out.append('3. It resumes the run with Command(resume="yes"):')
-    out.append(f"   log: {compact(result['log'])}")
-
-    text = FileStore(directory).read(THREAD) or ""
-    out += ["", f"The history (telar-checkpoint history {directory} {THREAD}):", ""]
-    out.append(history_table(thread_history(THREAD, text)))
-    return "\n".join(out) + "\n"
+    return DemoRun(
+        str(FileStore(directory).path(THREAD)), question, tuple(paused.next), paused.values["log"], result["log"],
+        FileStore(directory).read(THREAD) or "",
+    )

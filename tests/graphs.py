@@ -9,8 +9,10 @@ from typing import Annotated, Any
 
 import pytest
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command, Send, StateSnapshot, interrupt
+from langgraph.types import Command, Send, StateSnapshot
 from typing_extensions import TypedDict
+
+from telar_checkpoint.demo import approval_graph
 
 
 def skip_async_interrupt_before_python_311(mode: str) -> None:
@@ -45,27 +47,8 @@ class Approval(TypedDict):
 
 
 def with_interrupt() -> StateGraph:
-    """Asks a human (interrupt) between two steps."""
-
-    def prepare(s: Approval) -> dict:
-        return {"log": [f"prepared {s['request']}"]}
-
-    def ask(s: Approval) -> dict:
-        answer = interrupt({"question": f"approve {s['request']}?"})
-        return {"answer": answer, "log": [f"answered {answer}"]}
-
-    def finish(s: Approval) -> dict:
-        return {"log": [f"done with {s['answer']}"]}
-
-    builder = StateGraph(Approval)
-    builder.add_node(prepare)
-    builder.add_node(ask)
-    builder.add_node(finish)
-    builder.add_edge(START, "prepare")
-    builder.add_edge("prepare", "ask")
-    builder.add_edge("ask", "finish")
-    builder.add_edge("finish", END)
-    return builder
+    """Asks a human (interrupt) between two steps: the demo's approval graph."""
+    return approval_graph()
 
 
 def nested_subgraphs(depth: int) -> StateGraph:

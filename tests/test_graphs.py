@@ -61,7 +61,7 @@ async def test_interrupt_and_resume(savers, api) -> None:
     ref, got = await both(savers, with_interrupt, scenario)
     assert got == ref
     assert got[1][1] == ("ask",) and got[1][2][0][1] == ({"question": "approve deploy?"},)
-    assert got[2]["log"][-1] == "done with yes"
+    assert got[2]["log"][-1] == "finished: yes"
 
 
 @pytest.mark.parametrize("depth", [1, 2])

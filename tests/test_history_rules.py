@@ -239,7 +239,7 @@ async def test_re_deciding_an_old_interrupt_drops_the_old_branch(store, api) -> 
         runs.append((first, second, summary(await api.state(graph, config())), history, old_branch))
     (ref_first, ref_second, ref_state, ref_history, _), (first, second, state, history, old_branch) = runs
     assert (first, second, state) == (ref_first, ref_second, ref_state)
-    assert second["log"][-1].startswith("done with")  # LangGraph answers with the resume it stored first
+    assert second["log"][-1].startswith("finished: ")  # LangGraph answers with the resume it stored first
     assert [summary(s) for s in history] == [summary(s) for s in path_to_head(ref_history)]
     assert len(ref_history) > len(history)  # InMemorySaver keeps both branches
     graph = with_interrupt().compile(checkpointer=TelarSaver(store))

@@ -226,7 +226,7 @@ def test_paused_run_resumes_under_telar_as_under_sqlite(tmp_path, depth) -> None
                 done = graph.invoke(resume("ok"), config(thread))
                 ends.append((done, summary(graph.get_state(config(thread))), [summary(s) for s in graph.get_state_history(config(thread))]))
             assert ends[0] == ends[1]
-            assert ends[0][0]["log"][-1] in ("done with ok", "parent end")
+            assert ends[0][0]["log"][-1] in ("finished: ok", "parent end")
         target.store.close()
 
 

@@ -120,10 +120,23 @@ def cmd_delete(args: types.SimpleNamespace) -> int:
 def cmd_demo(args: types.SimpleNamespace) -> int:
     import tempfile
 
-    from telar_checkpoint.demo import run_demo
+    from telar_checkpoint.cli._commands import history_table
+    from telar_checkpoint.cli._output import compact
+    from telar_checkpoint.demo import THREAD, run_demo
+    from telar_checkpoint.inspection import thread_history
 
     directory = args.directory or tempfile.mkdtemp(prefix="telar-demo-")
-    print(run_demo(directory), end="")
+    run = run_demo(directory)
+    print(f"telar-checkpoint demo: a graph that asks for approval, stored in {directory}\n")
+    print('1. First saver: the run pauses at interrupt() in node "ask".')
+    print(f"   It asks: {compact(run.question)}")
+    print(f"   Stored: {run.path}")
+    print("2. A new saver on the same files finds the pause:")
+    print(f"   next: {', '.join(run.paused_next)}; log so far: {compact(run.paused_log)}")
+    print('3. It resumes the run with Command(resume="yes"):')
+    print(f"   log: {compact(run.log)}")
+    print(f"\nThe history (telar-checkpoint history {directory} {THREAD}):\n")
+    print(history_table(thread_history(THREAD, run.text)))
     return 0
 
 
