@@ -26,9 +26,9 @@ from telar_checkpoint.format import (
     is_same,
     plain_metadata,
     write_checkpoint,
-    write_writes,
 )
 from telar_checkpoint.history import MAX_CHAIN, Entry, History
+from telar_checkpoint.rules import AddWrites, Edit, KeepLatest, Operation, Put, Remove, Trim, apply, edited
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.values import ValueCodec
 
@@ -207,60 +207,27 @@ class CheckpointCodec:
         """Every checkpoint, oldest first, with its pending writes folded in."""
         return [self.record(e) for e in History.parse(thread_id, data).entries.values()]
 
-    def put_lines(
+    def put_edit(
         self, history: History, record: CheckpointRecord | PreparedRecord, max_history: int | None = None
-    ) -> list[str] | None:
-        """Put `record` into `history` (an editable clone); the lines to append to its string,
-        or None when the string must be rewritten whole (`history.render()`)."""
+    ) -> tuple[History, Edit]:
+        """`history` with `record` put (see `rules.Put`), and the edit of its string."""
         check_max_history(max_history)
         prepared = record if isinstance(record, PreparedRecord) else self.prepare(record, _changed(record, history))
-        record = prepared.record
         line, lists = self._line(prepared, history)
-        keep = self.keep_finished_subgraphs
-        rewrite = history.put(line, prepared.writes, keep_finished_calls=keep)
-        entry = history.get(line.ns, line.id)
-        if entry is not None and entry.line is line:
-            entry.keep_list_json(lists)
-        if rewrite or history.torn is not None:
-            if max_history is not None:
-                history.trim(max_history, keep)
-            return None
-        added = [line.text]
-        if record.writes and entry is not None:
-            tasks = {w.task_id for w in record.writes}
-            added.extend(History._writes_lines(line.ns, line.id, {k: v for k, v in entry.writes.items() if k[0] in tasks}))
-        history.count_appended(added)
-        if max_history is not None:
-            before = dict(history.dropped)
-            cut = history.trim(max_history, keep)
-            if cut:
-                # Trimming appends floors, and rewrites only once the string holds twice what it needs.
-                floors = history.floor_lines(cut, before)
-                if floors is None:
-                    return None
-                added.extend(floors)
-                history.count_appended(floors)
-        return added
+        put = Put(line, prepared.writes, lists, max_history)
+        return apply(history, put, keep_finished_calls=self.keep_finished_subgraphs)
 
     def encode_writes(self, writes: Sequence[tuple[int, str, Any]]) -> list[tuple[int, str, Any]]:
         """Pending writes `(idx, channel, value)` with their values encoded (see `PreparedRecord`)."""
         return [(idx, ch, self.values.encode(v)) for idx, ch, v in writes]
 
-    def writes_lines(
+    def writes_edit(
         self, history: History, checkpoint_ns: str, checkpoint_id: str, task_id: str,
         encoded: Sequence[tuple[int, str, Any]], task_path: str = "",
-    ) -> list[str] | None:
-        """Add pending writes `(idx, channel, encoded value)` of one task (`encode_writes`) to
-        `history` (an editable clone); the lines to append ([] when nothing changed), or None
-        when it must be rewritten whole."""
-        line = history.add_writes(checkpoint_ns, checkpoint_id, task_id, task_path, list(encoded))
-        if history.torn is not None:
-            return None
-        if line is None:
-            return []
-        added = [write_writes(line)]
-        history.count_appended(added)
-        return added
+    ) -> tuple[History, Edit]:
+        """`history` with pending writes `(idx, channel, encoded value)` of one task
+        (`encode_writes`) added, and the edit of its string (no lines when nothing changed)."""
+        return apply(history, AddWrites(checkpoint_ns, checkpoint_id, task_id, task_path, tuple(encoded)))
 
     def append(
         self,
@@ -274,7 +241,7 @@ class CheckpointCodec:
 
         `thread_id` only names the thread in errors and keys the parse memo.
         """
-        return self.apply(stored, lambda history: self.put_lines(history, record, max_history), thread_id=thread_id)
+        return self.apply(stored, lambda history: self.put_edit(history, record, max_history), thread_id=thread_id)[0]
 
     def add_writes(
         self,
@@ -295,48 +262,45 @@ class CheckpointCodec:
         encoded = self.encode_writes(writes)
         return self.apply(
             stored,
-            lambda history: self.writes_lines(history, checkpoint_ns, checkpoint_id, task_id, encoded, task_path),
+            lambda history: self.writes_edit(history, checkpoint_ns, checkpoint_id, task_id, encoded, task_path),
             thread_id=thread_id,
-        )
+        )[0]
 
     def apply(
         self,
         stored: str | None,
-        make_lines: Callable[[History], list[str] | None],
+        make_edit: Callable[[History], tuple[History, Edit]],
         *,
         thread_id: str | None = None,
         history: History | None = None,
-    ) -> str:
-        """`stored` after `make_lines` changed its history: with the lines it returns appended,
-        or rewritten whole when it returns None (see `put_lines`). `history`: the history of
-        `stored`, parsed before, which `make_lines` may change (a copy the caller kept)."""
-        if history is None:
-            history = History.parse(thread_id, stored)
-        lines = make_lines(history)
-        if lines == [] and stored is not None:
-            return stored
-        return history.render() if lines is None else (stored or "") + "".join(line + "\n" for line in lines)
+    ) -> tuple[str, History]:
+        """`stored` after the edit `make_edit` gives for its history, and the new history.
+        `history`: the history of `stored`, parsed before (`thread_id` names the thread in
+        the errors of a parse)."""
+        new, edit = make_edit(History.parse(thread_id, stored) if history is None else history)
+        return edited(stored, edit), new
+
+    def _rule(self, stored: str | None, operation: Operation) -> str:
+        """`stored` after `operation` (see `rules`)."""
+        return self.apply(stored, lambda history: apply(history, operation, keep_finished_calls=self.keep_finished_subgraphs))[0]
 
     def trim(self, stored: str | None, max_history: int) -> str:
         """`stored` cut to its last `max_history` checkpoints (see `append`)."""
         check_max_history(max_history)
-        history = History.parse(None, stored)
-        cut = history.trim(max_history, self.keep_finished_subgraphs)
-        return history.render() if cut or history.torn or history.holds_trimmed else stored or ""
+        return self._rule(stored, Trim(max_history))
 
     def remove_runs(self, stored: str | None, run_ids: set[str]) -> str | None:
         """`stored` without the checkpoints (and writes) of the given runs; None when nothing is left."""
         history = History.parse(None, stored)
-        doomed = {k for k, e in history.entries.items() if _run_id(e) in run_ids}
+        doomed = frozenset(k for k, e in history.entries.items() if _run_id(e) in run_ids)
         if not doomed:
             return stored
-        history.remove(doomed)
-        return history.render() if history.entries else None
+        new, edit = apply(history, Remove(doomed))
+        return edited(stored, edit) if new.entries else None
 
     def keep_latest(self, stored: str | None) -> str | None:
         """`stored` with only the latest checkpoint of each namespace (and what DeltaChannel needs)."""
-        history = History.parse(None, stored)
-        return history.render() if history.keep_latest(self.keep_finished_subgraphs) or history.torn else stored
+        return self._rule(stored, KeepLatest()) if stored is not None else None
 
     def find(self, thread_id: str, history: History, checkpoint_ns: str, checkpoint_id: str | None) -> Entry | None:
         """The entry asked for (the latest of the namespace when no id), or None if never held.

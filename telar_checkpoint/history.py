@@ -239,11 +239,11 @@ class History:
                 elif not self._base_kept(entry):  # what it extends is not written
                     made_whole[id(entry.line)] = entry = self.entries[(ns, cid)] = entry.whole()
             out.append(entry.line.text or write_checkpoint(entry.line))
-            out.extend(self._writes_lines(ns, cid, entry.writes))
+            out.extend(self.writes_lines(ns, cid, entry.writes))
         for key in self.crash_residue():
             del self.orphans[key]
         for (ns, cid), writes in self.orphans.items():
-            out.extend(self._writes_lines(ns, cid, writes))
+            out.extend(self.writes_lines(ns, cid, writes))
         self.line_count = len(out)
         text = "".join(line + "\n" for line in out)
         self.size = len(text)
@@ -265,7 +265,7 @@ class History:
         return residue
 
     @staticmethod
-    def _writes_lines(ns: str, cid: str, writes: dict[WriteKey, Write]) -> Iterator[str]:
+    def writes_lines(ns: str, cid: str, writes: dict[WriteKey, Write]) -> Iterator[str]:
         by_task: dict[tuple[str, str], list[tuple[int, str, Any]]] = {}
         for (task_id, idx), (channel, value, path) in writes.items():
             by_task.setdefault((task_id, path), []).append((idx, channel, value))

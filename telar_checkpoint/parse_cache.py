@@ -3,8 +3,8 @@
 Parsing is a pure function of the stored string, so its result can be kept: for
 each thread the last string seen and its parsed `History`. A string that is the
 same object, or equal, reuses it; one that extends it (another writer appended)
-parses only the new lines. Writers change a clone, never the cached history, so
-readers in other threads can go on using it.
+parses only the new lines, into a copy. A change never changes a history (see
+`rules.apply`), so readers in other threads can go on using it.
 """
 
 from __future__ import annotations
@@ -65,11 +65,6 @@ class ParseCache(_Recent):
         history = History.parse(thread_id, text)
         self.keep(thread_id, text, history)
         return history
-
-    def editable(self, thread_id: str | None, text: str | None) -> History:
-        """The history of `text`, to change."""
-        history = self.parse(thread_id, text)
-        return history.clone() if thread_id is not None and self.size > 0 else history
 
     def keep(self, thread_id: str | None, text: str, history: History) -> None:
         """Remember that `text` parses to `history` (which nobody may change any more)."""

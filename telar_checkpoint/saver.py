@@ -33,6 +33,7 @@ from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord, check_max_
 from telar_checkpoint.errors import TelarError, UsageError
 from telar_checkpoint.history import Entry, History
 from telar_checkpoint.parse_cache import ParseCache, VersionedHistories
+from telar_checkpoint.rules import Rewrite
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.steps import Steps, arun, call, run
 from telar_checkpoint.stores.base import Change, Store
@@ -203,7 +204,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             except TelarError:
                 pass
 
-    def _join(self, turns: Turns | AsyncTurns, thread_id: str, make_lines: Any, change: Any) -> Batch | None:
+    def _join(self, turns: Turns | AsyncTurns, thread_id: str, make_edit: Any, change: Any) -> Batch | None:
         """Leave the change with the thread's `Batch` for the next writer to append (see
         `Lingers`); None when there is no kept history to build its lines on."""
         batch = turns.batches.get(thread_id)
@@ -211,38 +212,30 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             cached = self._histories.latest(thread_id)
             if cached is None or cached[1].torn is not None:
                 return None
-            batch = Batch(cached[0], cached[1].clone(), turns.event())
+            batch = Batch(cached[0], cached[1], turns.event())
         if batch.history is not None:
-            try:
-                lines = make_lines(batch.history)
-            except BaseException:
-                batch.history = None  # it may be half changed: the batch goes the slow way
-                raise
-            if lines is None:
-                batch.history = None
+            history, edit = make_edit(batch.history)  # an error leaves the batch as it was
+            if isinstance(edit, Rewrite):
+                batch.history = None  # the batch goes the slow way
             else:
-                batch.text += "".join(line + "\n" for line in lines)
+                batch.history, batch.text = history, batch.text + edit.text
         batch.changes.append(change)
         turns.batches[thread_id] = batch
         return batch
 
-    def _take(self, turns: Turns | AsyncTurns, thread_id: str, make_lines: Any) -> tuple[Batch | None, _Lines | None]:
+    def _take(self, turns: Turns | AsyncTurns, thread_id: str, make_edit: Any) -> tuple[Batch | None, _Lines | None]:
         """The thread's waiting batch (taken from the turns) and the lines to append for it and
         this change, with the version they need and the history they make; lines None: take
         the slow path. Nothing is asked of the store: `append_if` only appends if the store is
         still at that version, so a stale history costs a retry."""
         carried = turns.batches.get(thread_id)
-        try:
-            lines = self._lines(thread_id, carried, make_lines)
-        except BaseException:
-            if carried is not None:
-                carried.history = None  # it may be half changed; its writers send it the slow way
-            raise
+        lines = self._lines(thread_id, carried, make_edit)
         turns.batches.pop(thread_id, None)
         return carried, lines
 
-    def _lines(self, thread_id: str, carried: Batch | None, make_lines: Any) -> _Lines | None:
-        if make_lines is _whole:
+    def _lines(self, thread_id: str, carried: Batch | None, make_edit: Any) -> _Lines | None:
+        """What `_take` appends: None for the slow path (a rewrite, or no kept history)."""
+        if make_edit is _whole:
             return None
         if carried is not None:
             if carried.history is None:
@@ -252,9 +245,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             cached = self._histories.latest(thread_id)
             if cached is None:
                 return None
-            version, history, text = cached[0], cached[1].clone(), ""
-        lines = make_lines(history) if make_lines is not None else []
-        return None if lines is None else (version, history, text + "".join(line + "\n" for line in lines))
+            version, history, text = cached[0], cached[1], ""
+        if make_edit is None:
+            return version, history, text
+        history, edit = make_edit(history)
+        return None if isinstance(edit, Rewrite) else (version, history, text + edit.text)
 
     @staticmethod
     def _changes(carried: Batch | None, change: Any) -> Any:
@@ -270,7 +265,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
         return apply
 
-    def _write(self, thread_id: str, make_lines: Any, change: Any, writes: bool = False, terms: set[str] | None = None) -> None:
+    def _write(self, thread_id: str, make_edit: Any, change: Any, writes: bool = False, terms: set[str] | None = None) -> None:
         """Append the change's lines when the kept history is current, else update whole.
 
         Writers of the thread take turns until their lines are appended; each then waits
@@ -282,9 +277,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         turns = self._writers.sync(thread_id)
         with turns:
             linger = self._lingers.wrote(thread_id, writes=writes)
-            joined = self._join(turns, thread_id, make_lines, change) if linger else None
+            joined = self._join(turns, thread_id, make_edit, change) if linger else None
             if joined is None:
-                carried, lines = self._take(turns, thread_id, make_lines)
+                carried, lines = self._take(turns, thread_id, make_edit)
                 appended = run(self._store_steps(thread_id, carried, lines, change, batch=bool(turns.waiting), terms=terms))
         if joined is None:
             run(self._flush_steps(thread_id, carried, appended))
@@ -337,14 +332,14 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 yield call(self.store, "flush", thread_id)
 
     async def _awrite(
-        self, thread_id: str, make_lines: Any, change: Any, writes: bool = False, terms: set[str] | None = None
+        self, thread_id: str, make_edit: Any, change: Any, writes: bool = False, terms: set[str] | None = None
     ) -> None:
         turns = self._writers.async_(thread_id)
         async with turns:
             linger = self._lingers.wrote(thread_id, writes=writes)
-            joined = self._join(turns, thread_id, make_lines, change) if linger else None
+            joined = self._join(turns, thread_id, make_edit, change) if linger else None
             if joined is None:
-                carried, lines = self._take(turns, thread_id, make_lines)
+                carried, lines = self._take(turns, thread_id, make_edit)
                 appended = await arun(self._store_steps(thread_id, carried, lines, change, batch=bool(turns.waiting), terms=terms))
         if joined is None:
             await arun(self._flush_steps(thread_id, carried, appended))
@@ -364,27 +359,27 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         joined.result()
 
     def _put_change(self, thread_id: str, record: CheckpointRecord, new_versions: ChannelVersions) -> tuple[Any, Any]:
-        """The put as lines for a kept history and as a change of the stored string, its values
+        """The put as an edit of a kept history and as a change of the stored string, its values
         encoded now, before it waits its turn (see `PreparedRecord`)."""
         prepared = self.codec.prepare(record, new_versions)
-        return self._change(thread_id, lambda history: self.codec.put_lines(history, prepared, self.max_history))
+        return self._change(thread_id, lambda history: self.codec.put_edit(history, prepared, self.max_history))
 
     def _writes_change(self, thread_id: str, ns: str, cid: str, task_id: str, items: list, task_path: str) -> tuple[Any, Any]:
         encoded = self.codec.encode_writes(items)  # now, before it waits its turn
-        return self._change(thread_id, lambda history: self.codec.writes_lines(history, ns, cid, task_id, encoded, task_path))
+        return self._change(thread_id, lambda history: self.codec.writes_edit(history, ns, cid, task_id, encoded, task_path))
 
-    def _change(self, thread_id: str, make_lines: Any) -> tuple[Any, Any]:
-        """A change as lines for a kept history, and as a change of the stored string (the same
-        lines, on a copy of the history last parsed or made from that string)."""
+    def _change(self, thread_id: str, make_edit: Any) -> tuple[Any, Any]:
+        """A change as an edit of a kept history, and as a change of the stored string (the same
+        edit, of the history last parsed or made from that string)."""
 
         def change(old: str | None) -> str:
-            history = self._parses.editable(thread_id, old)
-            new = self.codec.apply(old, make_lines, thread_id=thread_id, history=history)
+            history = self._parses.parse(thread_id, old)
+            new, made = self.codec.apply(old, make_edit, thread_id=thread_id, history=history)
             if new is not old:
-                self._parses.keep(thread_id, new, history)
+                self._parses.keep(thread_id, new, made)
             return new
 
-        return make_lines, change
+        return make_edit, change
 
     def _get(self, config: RunnableConfig, history: History) -> CheckpointTuple | None:
         thread_id, ns = _thread_and_ns(config)
@@ -792,7 +787,8 @@ async def _one_thread(thread_id: str) -> AsyncIterator[str]:
 
 
 def _whole(history: History) -> None:
-    """The lines of a rewrite: none, so that `_write` takes the path that changes the whole string."""
+    """The edit of a `rewrite`: none is made of a kept history, so that `_write` takes the path
+    that changes the whole string."""
     return None
 
 

@@ -81,7 +81,7 @@ class Batch:
     """Lines of one thread that wait, with the turns, for the next writer to append them.
 
     `version` is the store's version they append to and `history` the kept history
-    with them added (None once a change to it failed: the batch then goes the slow
+    with them added (None once a change needs a rewrite: the batch then goes the slow
     way). `changes` are the same changes as functions of the stored string, for
     when the store moved on. `done` is set once the batch is durable or failed.
     """

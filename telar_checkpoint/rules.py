@@ -1,0 +1,152 @@
+"""The rules of a history: an operation applied to a history gives a new one and an edit.
+
+`apply(history, operation)` never changes the history it is given (readers may hold it):
+it changes a copy and returns it with the edit that turns the string the history was read
+from into the string of the new one: `Append(lines)`, the common case, or `Rewrite(text)`.
+The codec applies edits to strings, the saver appends or rewrites in its store; neither
+knows the rules. Like a sans-IO protocol: values in, values out, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from telar_checkpoint.format import CheckpointLine, write_writes
+from telar_checkpoint.history import Entry, History, Key
+
+# --- edits: what an operation does to the stored string ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Add these lines at the end of the string (none: the string stays as it is)."""
+
+    lines: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        return "".join(line + "\n" for line in self.lines)
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """Replace the whole string with `text`."""
+
+    text: str
+
+
+Edit = Append | Rewrite
+
+
+def edited(stored: str | None, edit: Edit) -> str:
+    """The string `stored` after `edit`."""
+    if isinstance(edit, Rewrite):
+        return edit.text
+    return stored or "" if not edit.lines else (stored or "") + edit.text
+
+
+# --- operations ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """Store a checkpoint line, with its writes `(task, idx, channel, encoded value, path)`;
+    `lists`: the JSON text of its list channels, kept for the next put to compare with;
+    then keep the last `max_history` checkpoints of each namespace (None: all)."""
+
+    line: CheckpointLine
+    writes: Sequence[tuple[str, int, str, Any, str]] = ()
+    lists: dict[str, bytes] | None = None
+    max_history: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AddWrites:
+    """Fold one task's pending writes `(idx, channel, encoded value)` into checkpoint `cid`."""
+
+    ns: str
+    cid: str
+    task_id: str
+    task_path: str
+    writes: Sequence[tuple[int, str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Trim:
+    """Keep the last `max_history` checkpoints of each namespace (and what they need)."""
+
+    max_history: int
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    """Remove these checkpoints on request: they read as absent afterwards."""
+
+    keys: frozenset[Key]
+
+
+@dataclass(frozen=True, slots=True)
+class KeepLatest:
+    """Keep the latest checkpoint of each namespace (and what it needs)."""
+
+
+Operation = Put | AddWrites | Trim | Remove | KeepLatest
+
+
+def apply(history: History, operation: Operation, *, keep_finished_calls: bool = False) -> tuple[History, Edit]:
+    """The history after `operation`, and the edit of its string. `history` is left as it
+    was. `keep_finished_calls`: see `History.finished_calls`."""
+    new = history.clone()
+    if isinstance(operation, Put):
+        return new, _put(new, operation, keep_finished_calls)
+    if isinstance(operation, AddWrites):
+        line = new.add_writes(operation.ns, operation.cid, operation.task_id, operation.task_path, list(operation.writes))
+        if new.torn is not None:
+            return new, Rewrite(new.render())
+        return new, _appended(new, [] if line is None else [write_writes(line)])
+    if isinstance(operation, Trim):
+        cut = new.trim(operation.max_history, keep_finished_calls)
+        rewrite = bool(cut) or new.torn is not None or new.holds_trimmed
+    elif isinstance(operation, Remove):
+        if not operation.keys:
+            return new, Append()
+        new.remove(set(operation.keys))
+        rewrite = True
+    else:
+        rewrite = new.keep_latest(keep_finished_calls) or new.torn is not None
+    return new, Rewrite(new.render()) if rewrite else Append()
+
+
+def _appended(history: History, lines: list[str]) -> Append:
+    history.count_appended(lines)
+    return Append(tuple(lines))
+
+
+def _put(history: History, put: Put, keep: bool) -> Edit:
+    line = put.line
+    rewrite = history.put(line, put.writes, keep_finished_calls=keep)
+    entry: Entry | None = history.get(line.ns, line.id)
+    if entry is not None and entry.line is line and put.lists:
+        entry.keep_list_json(put.lists)
+    if rewrite or history.torn is not None:
+        if put.max_history is not None:
+            history.trim(put.max_history, keep)
+        return Rewrite(history.render())
+    added = [line.text]
+    if put.writes and entry is not None:
+        tasks = {task for task, *_ in put.writes}
+        added.extend(history.writes_lines(line.ns, line.id, {k: v for k, v in entry.writes.items() if k[0] in tasks}))
+    history.count_appended(added)
+    if put.max_history is not None:
+        before = dict(history.dropped)
+        cut = history.trim(put.max_history, keep)
+        if cut:
+            # Trimming appends floors, and rewrites only once the string holds twice what it needs.
+            floors = history.floor_lines(cut, before)
+            if floors is None:
+                return Rewrite(history.render())
+            added.extend(floors)
+            history.count_appended(floors)
+    return Append(tuple(added))
