@@ -18,6 +18,7 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint._compat import writes_sort_key
+from telar_checkpoint.compaction import MAX_CHAIN
 from telar_checkpoint.errors import CheckpointDroppedError, UsageError
 from telar_checkpoint.format import (
     PLAIN_CHECKPOINT_KEYS,
@@ -27,7 +28,7 @@ from telar_checkpoint.format import (
     plain_metadata,
     write_checkpoint,
 )
-from telar_checkpoint.history import MAX_CHAIN, Entry, History
+from telar_checkpoint.history import Entry, History
 from telar_checkpoint.rules import AddWrites, Edit, KeepLatest, Operation, Put, Remove, Trim, apply, edited
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.values import ValueCodec

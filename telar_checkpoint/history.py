@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from telar_checkpoint.compaction import floors_fit
 from telar_checkpoint.entries import Entries
 from telar_checkpoint.errors import CorruptLineError, UsageError
 from telar_checkpoint.format import (
@@ -29,12 +30,7 @@ from telar_checkpoint.format import (
 )
 
 REPLACED_IDS_KEPT = 1000  # replaced ids remembered per thread, to say "replaced" not "absent"
-MAX_CHAIN = 64  # a value is written whole again after this many lines that extend or repeat it
 _ABSENT: Any = object()
-SLACK_LINES = 64  # trimming appends floors until the string holds 2x its live lines + this,
-SLACK_SIZE = 256 * 1024  # and 2x the characters of the lines its live checkpoints read + this,
-FLOORS_APPENDED = 64  # or this many floor lines (each costs a reader a pass over the history)
-FLOOR_LINE_IDS = 64  # a dropped record listing more ids than this is written by a rewrite
 _FORKS = ("fork", "update")  # sources that start a branch
 _MOVES_ON = ("loop", "input")  # sources that move a branch on
 
@@ -595,8 +591,7 @@ class History:
         """After `trim` cut `cut`: the `dropped` lines that, appended, trim the stored string
         as it did this history (see `_apply_floor`), or None when only a rewrite can say it:
         something cut is not below its namespace's floor, a namespace's record went away or
-        is long, or the string holds more than twice the lines this history needs or
-        `FLOORS_APPENDED` floor lines already."""
+        is long, or the string holds too much already (`compaction.floors_fit`)."""
         touched = {ns for ns, _ in cut}
         for ns, cid in cut:
             record = self.dropped.get(ns)
@@ -606,12 +601,13 @@ class History:
             if ns not in touched and self.dropped.get(ns) is not record:
                 return None
         records = [self.dropped[ns] for ns in touched]
-        if any(len(r.replaced) + len(r.deleted) > FLOOR_LINE_IDS for r in records):
-            return None
-        if self.floors_appended + len(records) > FLOORS_APPENDED:
-            return None
-        needed = len(self.dropped) + sum(1 + len({t for t, _ in e.writes}) for e in self.entries.values())
-        if self.line_count + len(records) > 2 * needed + SLACK_LINES or self.size > 2 * self._needed_size() + SLACK_SIZE:
+        fit = floors_fit(
+            lines=self.line_count, size=self.size, floors_appended=self.floors_appended, new_floors=len(records),
+            longest_record=max(len(r.replaced) + len(r.deleted) for r in records),
+            needed_lines=len(self.dropped) + sum(1 + len({t for t, _ in e.writes}) for e in self.entries.values()),
+            needed_size=self._needed_size(),
+        )
+        if not fit:
             return None
         self.floors_appended += len(records)
         return [write_dropped(r) for r in records]

@@ -450,7 +450,7 @@ def test_trimming_appends_floors_and_a_rewrite_writes_a_kept_line_whole_when_its
 
 
 def test_appended_lines_chain_at_most_max_chain_deep() -> None:
-    from telar_checkpoint.history import MAX_CHAIN
+    from telar_checkpoint.compaction import MAX_CHAIN
 
     records = [grow(i, i - 1 if i > 1 else None, list(range(i))) for i in range(1, 2 * MAX_CHAIN + 4)]
     text = build(*records)

@@ -1,0 +1,101 @@
+"""The history rules as a table: a history, an operation, the edit and the history it gives.
+
+Pure values in and out (`telar_checkpoint.rules`), no store and no graph: each row says what
+an operation does to the stored string, and that the history it was given is left as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, write_checkpoint, write_dropped, write_writes
+from telar_checkpoint.history import History
+from telar_checkpoint.rules import AddWrites, Append, KeepLatest, Operation, Put, Remove, Rewrite, Trim, apply, edited
+
+
+def line(n: int, parent: int | None, source: str = "loop", ns: str = "") -> CheckpointLine:
+    """Checkpoint `n` (id ``0000000n``, step n) of namespace `ns`, child of `parent`."""
+    made = CheckpointLine(
+        ns=ns, id=f"{n:08}", parent=None if parent is None else f"{parent:08}",
+        metadata={"source": source, "step": n, "parents": {}}, checkpoint={"v": 4, "ts": f"2026-01-01T00:00:{n:02}"},
+        extra={}, values={"count": n},
+    )
+    made.text = write_checkpoint(made)
+    return made
+
+
+def text_of(*lines: CheckpointLine) -> str:
+    return "".join(each.text + "\n" for each in lines)
+
+
+CHAIN = text_of(line(1, None, "input"), line(2, 1), line(3, 2))  # three checkpoints, each the parent of the next
+FORKED = CHAIN + text_of(line(4, 1, "fork"))  # and a fork from the first
+TRIMMED = write_dropped(DroppedLine("", "00000002")) + "\n" + text_of(line(2, 1), line(3, 2))  # checkpoint 1 trimmed
+WRITES = AddWrites("", "00000003", "task", "", [(0, "count", 7)])
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    stored: str
+    operation: Operation
+    edit: type  # Append or Rewrite
+    ids: list[str]  # the checkpoints of the new history, in stored order
+    lines_added: int = 0  # for an Append: how many lines
+
+
+def ids(*numbers: int) -> list[str]:
+    return [f"{n:08}" for n in numbers]
+
+
+ROWS = [
+    Row("a put that moves on from the head appends its line", CHAIN, Put(line(4, 3)), Append, ids(1, 2, 3, 4), 1),
+    Row("a put into an empty history appends", "", Put(line(1, None, "input")), Append, ids(1), 1),
+    Row("a put with writes appends them after it", CHAIN, Put(line(4, 3), [("task", 0, "count", 9, "")]), Append, ids(1, 2, 3, 4), 2),
+    Row("a fork from the past is kept beside the path", CHAIN, Put(line(4, 1, "fork")), Append, ids(1, 2, 3, 4), 1),
+    Row("moving on from a fork replaces what came after its parent", FORKED, Put(line(5, 4)), Rewrite, ids(1, 4, 5)),
+    Row("the same checkpoint again is updated in place", CHAIN, Put(line(3, 2)), Rewrite, ids(1, 2, 3)),
+    Row("max_history cuts the oldest with a floor line appended", CHAIN, Put(line(4, 3), max_history=2), Append, ids(3, 4), 2),
+    Row("writes for a stored checkpoint append one line", CHAIN, WRITES, Append, ids(1, 2, 3), 1),
+    Row("writes already stored change nothing", CHAIN + write_writes(WritesLine("", "00000003", "task", "", [(0, "count", 7)])) + "\n",
+        WRITES, Append, ids(1, 2, 3), 0),
+    Row("writes for a trimmed checkpoint are not stored", TRIMMED, AddWrites("", "00000001", "late", "", [(0, "count", 1)]),
+        Append, ids(2, 3), 0),
+    Row("a trim that cuts rewrites", CHAIN, Trim(1), Rewrite, ids(3)),
+    Row("a trim with nothing to cut changes nothing", CHAIN, Trim(5), Append, ids(1, 2, 3), 0),
+    Row("removing checkpoints rewrites without them", CHAIN, Remove(frozenset({("", ids(2)[0])})), Rewrite, ids(1, 3)),
+    Row("removing nothing changes nothing", CHAIN, Remove(frozenset()), Append, ids(1, 2, 3), 0),
+    Row("keep latest keeps the head of each namespace", CHAIN + text_of(line(5, None, "loop", "child")), KeepLatest(), Rewrite, ids(3, 5)),
+    Row("keep latest of one checkpoint changes nothing", text_of(line(1, None, "input")), KeepLatest(), Append, ids(1), 0),
+    Row("a torn last line is dropped by a rewrite", CHAIN + '{"format":1,"id":"000', Put(line(4, 3)), Rewrite, ids(1, 2, 3, 4)),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_rule(row: Row) -> None:
+    history = History.parse("t", row.stored)
+    before = history.render() if history.torn is None else None
+    new, edit = apply(history, row.operation)
+    assert type(edit) is row.edit
+    assert [cid for _ns, cid in new.entries] == row.ids
+    if isinstance(edit, Append):
+        assert len(edit.lines) == row.lines_added
+    text = edited(row.stored, edit)
+    assert [cid for _ns, cid in History.parse("t", text).entries] == row.ids, "the edited string reads as the new history"
+    if before is not None:
+        assert History.parse("t", row.stored).render() == before and history.render() == before, "the history given is left as it was"
+
+
+def test_an_edit_applied_to_the_string_gives_the_new_historys_text() -> None:
+    history = History.parse("t", CHAIN)
+    new, edit = apply(history, Put(line(4, 3), [("task", 0, "count", 9, "")]))
+    assert isinstance(edit, Append) and edited(CHAIN, edit) == new.render() == CHAIN + edit.text
+
+
+def test_a_failing_operation_leaves_the_history_as_it_was() -> None:
+    history = History.parse("t", CHAIN)
+    with pytest.raises(Exception, match="own ancestor"):
+        apply(history, Put(line(2, 2)))
+    assert history.render() == CHAIN and [cid for _ns, cid in history.entries] == ids(1, 2, 3)
