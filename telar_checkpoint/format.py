@@ -15,7 +15,7 @@ written, and ignored on read. docs/FORMAT.md is the full specification.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,6 +166,20 @@ def write_dropped(line: DroppedLine) -> str:
     if line.deleted:
         doc["deleted"] = line.deleted
     return _dumps(doc)
+
+
+def render(
+    dropped: Iterable[DroppedLine], checkpoints: Iterable[tuple[CheckpointLine, Iterable[WritesLine]]], orphans: Iterable[WritesLine]
+) -> list[str]:
+    """The lines of a history in canonical order: the records of dropped checkpoints (those
+    that say something), then each checkpoint followed by its writes, then the writes of
+    checkpoints not stored (yet). Join them with a newline after each to store them."""
+    out = [write_dropped(d) for d in dropped if d.floor or d.replaced or d.deleted]
+    for line, writes in checkpoints:
+        out.append(line.text or write_checkpoint(line))
+        out.extend(write_writes(w) for w in writes)
+    out.extend(write_writes(w) for w in orphans)
+    return out
 
 
 # --- reading ------------------------------------------------------------------

@@ -1,14 +1,17 @@
-"""A thread's history in memory: parsed lines, and the pure rules that change it.
+"""A thread's history in memory: parsed lines, their lookups, and the steps of the rules.
 
 `History.parse` reads a stored string (dropping a torn last line, one with no
-newline), `render` writes the canonical string back. The rules of the format
-live here: which checkpoints a new one replaces (`put`), how pending writes are
-folded (`add_writes`) and how `trim` keeps the last N checkpoints without
-breaking `DeltaChannel` state.
+newline), `render` writes the canonical string back (`format.render`). Once read,
+a history is changed only by `rules.apply`, on a copy (`clone`): its methods
+`put`, `add_writes`, `trim`, `remove` and `keep_latest` are the steps it takes
+(which checkpoints a new one replaces, how pending writes are folded, how `trim`
+keeps the last N checkpoints without breaking `DeltaChannel` state); the storage
+policy is `compaction`'s.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -24,9 +27,9 @@ from telar_checkpoint.format import (
     WritesLine,
     is_same,
     read_line,
+    render,
     write_checkpoint,
     write_dropped,
-    write_writes,
 )
 
 REPLACED_IDS_KEPT = 1000  # replaced ids remembered per thread, to say "replaced" not "absent"
@@ -46,13 +49,15 @@ def is_call(ns: str) -> bool:
     return ":" in ns
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class Entry:
     """One stored checkpoint and its pending writes.
 
     `base` is the parent entry whose values the line builds on: the lists its `appended`
     channels extend, and the values it holds by reference (`is_same`).
-    Entries are shared between a history and its clones: never change one, replace it.
+    Entries are shared between a history and its copies, so they are frozen: a change makes
+    a new entry (its `writes` dict is its own from then on, see `History._writes_for`).
+    `_full` and `_json` are memos of what its values resolve to, filled as they are read.
     """
 
     line: CheckpointLine
@@ -170,20 +175,14 @@ class History:
         self._awaited: set[Key] = set()  # parents named by a checkpoint before they were stored
 
     def clone(self) -> History:
-        """A copy to change while readers keep using this one (entries are copied on write)."""
-        other = History(self.thread_id)
+        """A copy to change while readers keep using this one: its fields as they are, and its
+        containers copied (the entries on write, see `Entries`), so that no change of the copy
+        reaches this one. Only `rules.apply` changes a history once it is read."""
+        other = copy.copy(self)
         other.entries = self.entries.copy()
         other.orphans = {k: dict(v) for k, v in self.orphans.items()}
         other.dropped = {ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted)) for ns, d in self.dropped.items()}
-        other.torn = self.torn
-        other._latest = dict(self._latest)
-        other.line_count = self.line_count
-        other.size = self.size
-        other.in_id_order, other._max_id = self.in_id_order, self._max_id
-        other.holds_trimmed = self.holds_trimmed
-        other.floors_appended = self.floors_appended
-        other._calls = set(self._calls)
-        other._awaited = set(self._awaited)
+        other._latest, other._calls, other._awaited = dict(self._latest), set(self._calls), set(self._awaited)
         return other
 
     # --- reading and writing -------------------------------------------------
@@ -224,28 +223,26 @@ class History:
                     history._apply_floor(line.ns)
 
     def render(self) -> str:
-        """The canonical stored string: dropped lines, then each checkpoint followed by its writes."""
-        out = [write_dropped(d) for d in self.dropped.values() if d.floor or d.replaced or d.deleted]
+        """The canonical stored string (`format.render`), which this history then stands for:
+        settled first (a line whose base is gone is written whole, crash residue goes)."""
         made_whole: dict[int, Entry] = {}  # id of a line written whole instead -> its entry
         for (ns, cid), entry in list(self.entries.items()):  # entries made whole are set as it goes
             if entry.base is not None:
                 whole_base = made_whole.get(id(entry.base.line))
                 if whole_base is not None:  # same values, so it may go on extending them
-                    entry = self.entries[(ns, cid)] = replace(entry, base=whole_base)
+                    self.entries[(ns, cid)] = replace(entry, base=whole_base)
                 elif not self._base_kept(entry):  # what it extends is not written
-                    made_whole[id(entry.line)] = entry = self.entries[(ns, cid)] = entry.whole()
-            out.append(entry.line.text or write_checkpoint(entry.line))
-            out.extend(self.writes_lines(ns, cid, entry.writes))
+                    made_whole[id(entry.line)] = self.entries[(ns, cid)] = entry.whole()
         for key in self.crash_residue():
             del self.orphans[key]
-        for (ns, cid), writes in self.orphans.items():
-            out.extend(self.writes_lines(ns, cid, writes))
-        self.line_count = len(out)
+        out = render(
+            self.dropped.values(),
+            ((e.line, self.writes_records(ns, cid, e.writes)) for (ns, cid), e in self.entries.items()),
+            (w for (ns, cid), writes in self.orphans.items() for w in self.writes_records(ns, cid, writes)),
+        )
         text = "".join(line + "\n" for line in out)
-        self.size = len(text)
-        self.torn = None
-        self.holds_trimmed = False
-        self.floors_appended = 0
+        self.line_count, self.size = len(out), len(text)
+        self.torn, self.holds_trimmed, self.floors_appended = None, False, 0
         return text
 
     def crash_residue(self) -> list[Key]:
@@ -261,12 +258,12 @@ class History:
         return residue
 
     @staticmethod
-    def writes_lines(ns: str, cid: str, writes: dict[WriteKey, Write]) -> Iterator[str]:
+    def writes_records(ns: str, cid: str, writes: dict[WriteKey, Write]) -> list[WritesLine]:
+        """The writes of a checkpoint as lines to store: one per task."""
         by_task: dict[tuple[str, str], list[tuple[int, str, Any]]] = {}
         for (task_id, idx), (channel, value, path) in writes.items():
             by_task.setdefault((task_id, path), []).append((idx, channel, value))
-        for (task_id, path), items in by_task.items():
-            yield write_writes(WritesLine(ns, cid, task_id, path, items))
+        return [WritesLine(ns, cid, task_id, path, items) for (task_id, path), items in by_task.items()]
 
     # --- lookups ---------------------------------------------------------------
 

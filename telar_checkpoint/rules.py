@@ -137,7 +137,8 @@ def _put(history: History, put: Put, keep: bool) -> Edit:
     added = [line.text]
     if put.writes and entry is not None:
         tasks = {task for task, *_ in put.writes}
-        added.extend(history.writes_lines(line.ns, line.id, {k: v for k, v in entry.writes.items() if k[0] in tasks}))
+        mine = {k: v for k, v in entry.writes.items() if k[0] in tasks}
+        added.extend(write_writes(w) for w in history.writes_records(line.ns, line.id, mine))
     history.count_appended(added)
     if put.max_history is not None:
         before = dict(history.dropped)

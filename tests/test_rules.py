@@ -99,3 +99,16 @@ def test_a_failing_operation_leaves_the_history_as_it_was() -> None:
     with pytest.raises(Exception, match="own ancestor"):
         apply(history, Put(line(2, 2)))
     assert history.render() == CHAIN and [cid for _ns, cid in history.entries] == ids(1, 2, 3)
+
+
+def test_a_copy_shares_no_container_with_its_history() -> None:
+    """`clone` copies every container field (a new one, added later, included), so a rule that
+    changes the copy never reaches the history readers hold."""
+    history = History.parse("t", FORKED + write_writes(WritesLine("", "00000009", "early", "", [(0, "count", 1)])) + "\n")
+    history, _ = apply(history, Trim(2))
+    copy = history.clone()
+    shared = [name for name, value in vars(history).items()
+              if isinstance(value, (dict, set, list)) or hasattr(value, "copy") and not isinstance(value, (str, bytes, tuple, frozenset))
+              if getattr(copy, name) is value]
+    assert shared == []
+    assert vars(copy).keys() == vars(history).keys()
