@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import AsyncIterator, Collection, Generator, Hashable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, cast
 
@@ -35,7 +35,7 @@ from telar_checkpoint.history import Entry, History
 from telar_checkpoint.parse_cache import ParseCache, VersionedHistories
 from telar_checkpoint.rules import Rewrite
 from telar_checkpoint.serializer import JsonSerializer
-from telar_checkpoint.steps import Steps, arun, call, run
+from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
 from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.file import FileStore
 from telar_checkpoint.terms import filter_terms, history_terms, metadata_terms, run_term
@@ -506,36 +506,46 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             self._index_checked = True
         return True
 
-    def _threads(self, filter: dict[str, Any] | None) -> Iterator[str]:
-        """The threads that may hold checkpoints matching `filter`, in order: those the index
-        records under every term of the filter, else every thread, a page at a time."""
-        if not run(self._index_usable_steps()):
-            yield from sorted(self.store.keys())
+    def _threads_steps(self, filter: dict[str, Any] | None) -> Stream:
+        """The threads that may hold checkpoints matching `filter`, in order, emitted: those the
+        index records under every term of the filter, else every thread, a page at a time."""
+        if not (yield from self._index_usable_steps()):
+            for thread_id in sorted((yield call(self.store, "keys"))):
+                yield Emit(thread_id)
             return
         terms = filter_terms(filter) if filter else None
         if terms is not None:
-            yield from _intersection(terms, self.store.indexed)
+            yield from _intersection_steps(terms, self.store)
             return
         after = None
-        while page := self.store.sorted_keys(after, KEYS_PAGE):
-            yield from page
+        while page := (yield call(self.store, "sorted_keys", after, KEYS_PAGE)):
+            for thread_id in page:
+                yield Emit(thread_id)
             after = page[-1]
 
-    async def _athreads(self, filter: dict[str, Any] | None) -> AsyncIterator[str]:
-        if not await arun(self._index_usable_steps()):
-            for thread_id in sorted(await self.store.akeys()):
-                yield thread_id
-            return
-        terms = filter_terms(filter) if filter else None
-        if terms is not None:
-            async for thread_id in _aintersection(terms, self.store.aindexed):
-                yield thread_id
-            return
-        after = None
-        while page := await self.store.asorted_keys(after, KEYS_PAGE):
-            for thread_id in page:
-                yield thread_id
-            after = page[-1]
+    def _list_steps(
+        self, config: RunnableConfig | None, filter: dict[str, Any] | None, before: RunnableConfig | None, limit: int | None
+    ) -> Stream:
+        """`list`, written once: the tuples that match, emitted thread by thread."""
+        matches = self._matches(config, filter, before)
+        threads = self._threads_steps(filter) if config is None else _emit(_thread_and_ns(config)[0])
+        reply = None
+        while True:  # the threads are emitted by `threads`, whose calls are passed on to the driver
+            try:
+                step = threads.send(reply)
+            except StopIteration:
+                return
+            if isinstance(step, Call):
+                reply = yield step
+                continue
+            reply = None
+            if limit is not None and limit <= 0:
+                return
+            thread_id = step.value
+            for entry in self._listed((yield from self._history_steps(thread_id)), matches, limit):
+                yield Emit(self._tuple(thread_id, entry))
+                if limit is not None:
+                    limit -= 1
 
     def _runs_threads_steps(self, runs: set[str]) -> Steps[list[str]]:
         """The threads that may hold checkpoints of these runs."""
@@ -595,15 +605,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        matches = self._matches(config, filter, before)
-        threads = [_thread_and_ns(config)[0]] if config else self._threads(filter)
-        for thread_id in threads:
-            if limit is not None and limit <= 0:
-                return
-            for entry in self._listed(self._history(thread_id), matches, limit):
-                yield self._tuple(thread_id, entry)
-                if limit is not None:
-                    limit -= 1
+        yield from stream(self._list_steps(config, filter, before, limit))
 
     def put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
@@ -664,15 +666,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        matches = self._matches(config, filter, before)
-        threads = self._athreads(filter) if config is None else _one_thread(_thread_and_ns(config)[0])
-        async for thread_id in threads:
-            if limit is not None and limit <= 0:
-                return
-            for entry in self._listed(await self._ahistory(thread_id), matches, limit):
-                yield self._tuple(thread_id, entry)
-                if limit is not None:
-                    limit -= 1
+        async for found in astream(self._list_steps(config, filter, before, limit)):
+            yield found
 
     async def aput(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
@@ -724,66 +719,33 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return int(current) + 1
 
 
-Lookup = tuple[str, "str | None", int]
-"""An index lookup: a term, the key to start from (None: the first), how many keys at most."""
-
-
-def _intersection_steps(terms: list[str]) -> Generator[Lookup | str, list[str] | None, None]:
-    """The keys recorded under every term, in order, a page at a time, written once for the sync
-    and async drivers: it yields a `Lookup` and is sent the keys found, or yields a key it found.
-    One term's keys come page by page; several terms' by seeking each in turn to the least key
-    they could share (a zig-zag join), so the cost follows the keys found, not how many keys each
-    term holds."""
+def _intersection_steps(terms: list[str], store: Store) -> Stream:
+    """The keys recorded under every term, in order, a page at a time, emitted. One term's keys
+    come page by page; several terms' by seeking each in turn to the least key they could share
+    (a zig-zag join), so the cost follows the keys found, not how many keys each term holds."""
     if len(terms) == 1:
         start: str | None = None
-        while page := (yield (terms[0], start, KEYS_PAGE)):
+        while page := (yield call(store, "indexed", terms[0], start, KEYS_PAGE)):
             for key in page:
-                yield key
+                yield Emit(key)
             start = page[-1] + "\x00"
         return
     candidate = ""
     while True:
         for term in terms:
-            found = yield (term, candidate, 1)
+            found = yield call(store, "indexed", term, candidate, 1)
             if not found:
                 return
             if found[0] != candidate:
                 candidate = found[0]
                 break
         else:
-            yield candidate
+            yield Emit(candidate)
             candidate += "\x00"
 
 
-def _intersection(terms: list[str], indexed: Any) -> Iterator[str]:
-    steps, reply = _intersection_steps(terms), None
-    while (step := _next(steps, reply)) is not None:
-        if isinstance(step, str):
-            reply = None
-            yield step
-        else:
-            reply = indexed(*step)
-
-
-async def _aintersection(terms: list[str], aindexed: Any) -> AsyncIterator[str]:
-    steps, reply = _intersection_steps(terms), None
-    while (step := _next(steps, reply)) is not None:
-        if isinstance(step, str):
-            reply = None
-            yield step
-        else:
-            reply = await aindexed(*step)
-
-
-def _next(steps: Generator[Lookup | str, list[str] | None, None], reply: list[str] | None) -> Lookup | str | None:
-    try:
-        return steps.send(reply)
-    except StopIteration:
-        return None
-
-
-async def _one_thread(thread_id: str) -> AsyncIterator[str]:
-    yield thread_id
+def _emit(value: Any) -> Stream:
+    yield Emit(value)
 
 
 def _whole(history: History) -> None:

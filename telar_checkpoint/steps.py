@@ -9,7 +9,7 @@ sans-IO protocol library.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Any, NamedTuple, TypeVar
 
 R = TypeVar("R")
@@ -28,7 +28,14 @@ def call(target: Any, name: str, *args: Any, **kwargs: Any) -> Call:
     return Call(target, name, args, kwargs)
 
 
+class Emit(NamedTuple):
+    """A value a streaming operation gives out as it goes (see `stream`)."""
+
+    value: Any
+
+
 Steps = Generator[Call, Any, R]
+Stream = Generator["Call | Emit", Any, None]
 
 
 def async_name(name: str) -> str:
@@ -36,39 +43,102 @@ def async_name(name: str) -> str:
     return f"_a{name[1:]}" if name.startswith("_") else f"a{name}"
 
 
-def _advance(steps: Steps[R], reply: Any, error: BaseException | None) -> tuple[bool, Any]:
+def run(steps: Steps[R]) -> R:
+    """Run an operation, making each call it asks for; its result. A call's error is raised
+    inside the operation, where it may handle it."""
+    return _complete(_drive(steps, _call))  # type: ignore[no-any-return]
+
+
+async def arun(steps: Steps[R]) -> R:
+    """`run`, awaiting the async twin of each call."""
+    return await _drive(steps, _acall)  # type: ignore[no-any-return]
+
+
+def stream(steps: Stream) -> Iterator[Any]:
+    """Run a streaming operation, making each call it asks for; the values it emits, as they
+    come (the operation stops where its reader stops)."""
+    values = _drive(steps, _call, stream=True)
+    try:
+        while True:
+            try:
+                value = _complete(values.__anext__())
+            except StopAsyncIteration:
+                return
+            yield value
+    finally:
+        _complete(values.aclose())
+
+
+def astream(steps: Stream) -> AsyncIterator[Any]:
+    """`stream`, awaiting the async twin of each call."""
+    return _drive(steps, _acall, stream=True)  # type: ignore[no-any-return]
+
+
+# --- the one driver: an async loop, which `run` and `stream` complete without an event loop,
+# as their calls never suspend it --------------------------------------------------------------
+
+
+async def _call(step: Call) -> Any:
+    return getattr(step.target, step.name)(*step.args, **step.kwargs)
+
+
+async def _acall(step: Call) -> Any:
+    return await getattr(step.target, async_name(step.name))(*step.args, **step.kwargs)
+
+
+def _drive(steps: Generator[Any, Any, Any], invoke: Callable[[Call], Awaitable[Any]], *, stream: bool = False) -> Any:
+    """The coroutine that runs `steps` (or, with `stream`, the async generator of what they emit)."""
+    return _emitted(steps, invoke) if stream else _result(steps, invoke)
+
+
+async def _result(steps: Generator[Any, Any, Any], invoke: Callable[[Call], Awaitable[Any]]) -> Any:
+    reply, error = None, None
+    while True:
+        done, step = _advance(steps, reply, error)
+        if done:
+            return step
+        reply, error = await _invoke(invoke, step)
+
+
+async def _emitted(steps: Generator[Any, Any, Any], invoke: Callable[[Call], Awaitable[Any]]) -> AsyncIterator[Any]:
+    reply, error = None, None
+    while True:
+        done, step = _advance(steps, reply, error)
+        if done:
+            return
+        if isinstance(step, Emit):
+            reply, error = None, None
+            yield step.value
+        else:
+            reply, error = await _invoke(invoke, step)
+
+
+async def _invoke(invoke: Callable[[Call], Awaitable[Any]], step: Call) -> tuple[Any, BaseException | None]:
+    """A call's (result, None), or (None, its error) to raise inside the operation."""
+    try:
+        return await invoke(step), None
+    except BaseException as exc:
+        return None, exc
+
+
+def _advance(steps: Generator[Any, Any, Any], reply: Any, error: BaseException | None) -> tuple[bool, Any]:
     """Resume the operation with a call's result (or error): (True, its result) when it is
-    done, else (False, the next call)."""
+    done, else (False, its next step)."""
     try:
         return False, steps.throw(error) if error is not None else steps.send(reply)
     except StopIteration as stop:
         return True, stop.value
 
 
-def run(steps: Steps[R]) -> R:
-    """Run an operation, making each call it asks for; its result. A call's error is raised
-    inside the operation, where it may handle it."""
-    reply, error = None, None
-    while True:
-        done, step = _advance(steps, reply, error)
-        if done:
-            return step  # type: ignore[no-any-return]
-        reply, error = None, None
-        try:
-            reply = getattr(step.target, step.name)(*step.args, **step.kwargs)
-        except BaseException as exc:
-            error = exc
+_SUSPENDED = "an operation run without an event loop awaited something that suspends"
 
 
-async def arun(steps: Steps[R]) -> R:
-    """`run`, awaiting the async twin of each call."""
-    reply, error = None, None
-    while True:
-        done, step = _advance(steps, reply, error)
-        if done:
-            return step  # type: ignore[no-any-return]
-        reply, error = None, None
-        try:
-            reply = await getattr(step.target, async_name(step.name))(*step.args, **step.kwargs)
-        except BaseException as exc:
-            error = exc
+def _complete(awaitable: Any) -> Any:
+    """Run a coroutine (or one step of an async generator) that never suspends to its end:
+    its result (the value the step yielded)."""
+    try:
+        awaitable.send(None)
+    except StopIteration as stop:
+        return stop.value
+    awaitable.close()
+    raise RuntimeError(_SUSPENDED)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from telar_checkpoint.steps import Steps, arun, async_name, call, run
+from telar_checkpoint.steps import Emit, Steps, Stream, arun, astream, async_name, call, run, stream
 
 
 class Target:
@@ -62,3 +62,44 @@ def test_an_error_the_operation_does_not_handle_reaches_the_caller() -> None:
 @pytest.mark.parametrize(("name", "twin"), [("read", "aread"), ("_history", "_ahistory"), ("index_ready", "aindex_ready")])
 def test_async_names(name: str, twin: str) -> None:
     assert async_name(name) == twin
+
+
+def counting(target: Target, log: list[str]) -> Stream:
+    """Emits the reads of keys a, b, c as it makes them, and notes when it stops."""
+    try:
+        for key in "abc":
+            yield Emit((yield call(target, "read", key)))
+    finally:
+        log.append("stopped")
+
+
+def test_stream_emits_as_it_goes_and_stops_where_its_reader_stops() -> None:
+    target, log = Target(), []
+    values = stream(counting(target, log))
+    assert next(values) == "sync a" and len(target.calls) == 1, "nothing is read before it is asked for"
+    values.close()
+    assert log == ["stopped"] and len(target.calls) == 1
+    assert list(stream(counting(Target(), []))) == ["sync a", "sync b", "sync c"]
+
+
+def test_astream_awaits_the_async_twins() -> None:
+    async def first_two() -> list[str]:
+        got = []
+        async for value in astream(counting(Target(), [])):
+            got.append(value)
+            if len(got) == 2:
+                break
+        return got
+
+    assert asyncio.run(first_two()) == ["async a", "async b"]
+
+
+def test_a_stream_raises_the_errors_it_does_not_handle() -> None:
+    def failing(target: Target) -> Stream:
+        yield Emit(1)
+        yield call(target, "_fail")
+
+    values = stream(failing(Target()))
+    assert next(values) == 1
+    with pytest.raises(LookupError, match="sync"):
+        next(values)
