@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -29,37 +29,30 @@ from telar_checkpoint.values import ValueCodec
 Severity = Literal["error", "warning"]
 
 
-def _reader_skips_blank_lines() -> bool:
-    """Whether `History.parse` skips a blank line (it holds nothing) or refuses it: verify says the same."""
-    try:
-        History.parse(None, "\n")
-    except StoredDataError:
-        return False
-    return True
-
-
-BLANK_LINES_READ = _reader_skips_blank_lines()
-
-# What each finding `code` means (and whether it is an error or a warning).
+# What each finding `code` means, and whether it is an error or a warning: a code, a severity
+# and the meaning a line. (A blank line holds nothing: the reader skips it, see `History.extend`.)
+_FINDINGS = """
+blank           warning  a blank line: it holds nothing, and is skipped on read
+corrupt-line    error    a complete line that is not JSON or not a record of ours
+unknown-format  error    a line with no format version, or one this release does not read
+missing-parent  error    a checkpoint's parent is neither stored nor recorded as dropped
+cycle           error    checkpoints whose parent links loop: a checkpoint is its own ancestor
+missing-base    error    a checkpoint that appends to the lists of one that is not stored before it
+missing-owner   error    a subgraph checkpoint's parent-graph checkpoint is neither stored nor dropped
+orphan-writes   warning  pending writes for a checkpoint older than the latest that was never stored: what a crash \
+between a step's writes and its checkpoint leaves; the next rewrite drops them
+pending-put     warning  pending writes newer than the latest checkpoint: a put not yet stored
+dropped-writes  warning  pending writes for a checkpoint recorded as replaced or trimmed (ignored)
+duplicate       warning  the same checkpoint stored twice; the later line wins
+value           warning  a state value that does not load with this serializer
+unreachable     error    lines whose parent or checkpoint was on a damaged line (one finding for all)
+torn            warning  an unterminated last line (an interrupted write), dropped on read
+foreign         warning  an entry in the store that is not a history of ours (never touched)
+stale-temp      warning  a temporary file a killed rewrite left; the store's next rewrite removes it
+"""
 CODES: dict[str, tuple[Severity, str]] = {
-    "blank": ("warning", "a blank line: it holds nothing, and is skipped on read") if BLANK_LINES_READ
-    else ("error", "a blank line: it holds nothing, but the reader refuses it (`repair` removes it)"),
-    "corrupt-line": ("error", "a complete line that is not JSON or not a record of ours"),
-    "unknown-format": ("error", "a line with no format version, or one this release does not read"),
-    "missing-parent": ("error", "a checkpoint's parent is neither stored nor recorded as dropped"),
-    "cycle": ("error", "checkpoints whose parent links loop: a checkpoint is its own ancestor"),
-    "missing-base": ("error", "a checkpoint that appends to the lists of one that is not stored before it"),
-    "missing-owner": ("error", "a subgraph checkpoint's parent-graph checkpoint is neither stored nor dropped"),
-    "orphan-writes": ("warning", "pending writes for a checkpoint older than the latest that was never stored: "
-                      "what a crash between a step's writes and its checkpoint leaves; the next rewrite drops them"),
-    "pending-put": ("warning", "pending writes newer than the latest checkpoint: a put not yet stored"),
-    "dropped-writes": ("warning", "pending writes for a checkpoint recorded as replaced or trimmed (ignored)"),
-    "duplicate": ("warning", "the same checkpoint stored twice; the later line wins"),
-    "value": ("warning", "a state value that does not load with this serializer"),
-    "unreachable": ("error", "lines whose parent or checkpoint was on a damaged line (one finding for all)"),
-    "torn": ("warning", "an unterminated last line (an interrupted write), dropped on read"),
-    "foreign": ("warning", "an entry in the store that is not a history of ours (never touched)"),
-    "stale-temp": ("warning", "a temporary file a killed rewrite left; the store's next rewrite removes it"),
+    code: (cast(Severity, severity), meaning)
+    for code, severity, meaning in (row.split(None, 2) for row in _FINDINGS.strip().splitlines())
 }
 
 
@@ -135,8 +128,7 @@ class _Checker:
         history = History(self.thread_id)
         for number, raw in enumerate(raw_lines, 1):
             if not raw.strip():
-                self.add(number, "blank", "a blank line, skipped on read" if BLANK_LINES_READ else
-                         "a blank line, which the reader refuses; `telar-checkpoint repair` removes it")
+                self.add(number, "blank", "a blank line, skipped on read")
                 continue
             try:
                 line = read_line(raw, self.thread_id, number)

@@ -10,10 +10,9 @@ import orjson
 import pytest
 
 from telar_checkpoint import FileStore, TelarSaver, UsageError, repair
-from telar_checkpoint.errors import CorruptLineError
 from telar_checkpoint.repairing import plan_repair
 from telar_checkpoint.stores.sqlite import SQLiteStore
-from telar_checkpoint.verify import BLANK_LINES_READ, verify_thread
+from telar_checkpoint.verify import verify_thread
 from tests.graphs import multi_step, with_interrupt
 from tests.test_cli import run  # the CLI in this process: exit code, stdout, stderr
 
@@ -58,15 +57,9 @@ def test_a_blank_line_is_named_and_repaired_beside_a_backup(capsys, tmp_path) ->
     assert [p.code for p in verify_thread("t", damaged)] == ["blank"]
     code, _, err = run(capsys, "history", str(directory), "t")
     code_verify, out, _ = run(capsys, "verify", str(directory), "t")
-    if BLANK_LINES_READ:  # the reader skips it: a warning, and the thread reads
-        assert TelarSaver(store).get_tuple(config("t")) is not None and (code, code_verify) == (0, 0)
-        assert "  warning: line 10: a blank line, skipped on read" in out
-    else:  # the reader refuses it: verify says so, and the graph and the CLI cannot read the thread
-        with pytest.raises(CorruptLineError):
-            TelarSaver(store).get_tuple(config("t"))
-        assert code == 4 and err.startswith(PROG + "thread 't', line 10: not valid JSON")
-        assert code_verify == 1
-        assert "  error: line 10: a blank line, which the reader refuses; `telar-checkpoint repair` removes it" in out
+    # the reader skips it: a warning, and the thread reads
+    assert TelarSaver(store).get_tuple(config("t")) is not None and (code, code_verify) == (0, 0)
+    assert "  warning: line 10: a blank line, skipped on read" in out
 
     plan = plan_repair("t", damaged)
     assert plan.text == good and [(d.line, d.reason) for d in plan.dropped] == [(10, "a blank line")]
