@@ -66,3 +66,18 @@ def test_scale_quick_run_times_every_operation_on_memory_and_sqlite(tmp_path: Pa
                     assert _number(cell["median_s"]) and len(cell["seconds"]) == 2 and not cell.get("timed_out")
     table = (tmp_path / "scale.md").read_text()
     assert all(f"| {name} | get_tuple |" in table for name in names)
+
+
+def test_ab_runs_an_experiment_with_its_control(tmp_path: Path) -> None:
+    from benchmarks import ab
+
+    ab.main(["lone-durable-append", "--stores", "memory,file", "--runs", "2", "--turns", "2", "--out", str(tmp_path)])
+    stored = json.loads((tmp_path / "ab.json").read_text())["lone-durable-append"]
+    for store in ("memory", "file"):
+        result = stored["results"][store]
+        assert len(result["runs"]) == 2
+        for run in result["runs"]:
+            assert all(_number(run["overhead_ms"][name]) for name in ("A", "A'", "B"))
+            assert _number(run["noise"]) and _number(run["effect"])
+        assert isinstance(result["summary"]["pays"], bool)
+    assert "## lone-durable-append" in (tmp_path / "ab.md").read_text()

@@ -1,0 +1,141 @@
+"""Does a piece of machinery pay? An interleaved A/B of the agent loop, with an A/A control.
+
+    python -m benchmarks.ab lone-durable-append --stores file,sqlite --runs 4
+    python -m benchmarks.ab linger --stores postgres,file,sqlite,redis --runs 4
+
+Each run opens the same store three times, in spaces of their own: A and A' as they ship,
+B with the machinery switched the other way, and runs the benchmark's agent loop on the
+three interleaved (`workloads.agent_loop`, the order rotating every turn). A'/A is the
+noise of the run, B/A the effect; a piece pays when B is slower than A by more than the
+noise, in every run. Results go to `results/ab.json` and `results/ab.md` (one section an
+experiment, replaced when it runs again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.contenders import Contender, Lab, open_contenders, server_problems
+from benchmarks.workloads import Settings, agent_loop, log
+from telar_checkpoint.saver import WRITES_LINGER
+from telar_checkpoint.writer_locks import Lingers
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _lone_appends_batched(contender: Contender) -> str:
+    """B: every append is left to `flush` for durability, as a batch is, instead of a lone
+    append making itself durable as it writes (RWF_DSYNC for a file, a FULL commit for SQLite)."""
+    store = contender.store
+    assert store is not None
+    append = store.append_if_deferred
+    store.append_if_deferred = lambda key, suffix, version, *, batch=False: append(key, suffix, version, batch=True)  # type: ignore[method-assign]
+    return "every append made durable by flush (an fsync after it)"
+
+
+def _linger_switched(contender: Contender) -> str:
+    """B: pending writes linger for the next put to carry them where the store does not, and
+    not where it does (`Store.carry_writes`)."""
+    store = contender.store
+    assert store is not None
+    contender.saver._lingers = Lingers(0.0 if store.carry_writes else WRITES_LINGER)  # type: ignore[attr-defined]
+    return "lingering off" if store.carry_writes else "lingering on"
+
+
+EXPERIMENTS: dict[str, Callable[[Contender], str]] = {
+    "lone-durable-append": _lone_appends_batched,
+    "linger": _linger_switched,
+}
+
+
+def run_once(experiment: str, store: str, settings: Settings) -> dict[str, Any]:
+    labs = [Lab.create() for _ in range(3)]
+    contenders: list[Contender] = []
+    try:
+        for lab, name in zip(labs, ("A", "A'", "B")):
+            contender = open_contenders([f"Telar/{store}"], lab)[0]
+            contender.name = name
+            contenders.append(contender)
+        change = EXPERIMENTS[experiment](contenders[2])
+        loop = agent_loop(contenders, settings)
+    finally:
+        for contender in contenders:
+            contender.close()
+        for lab in labs:
+            lab.cleanup()
+    medians = {name: loop[name]["overhead_ms"]["median"] for name in ("A", "A'", "B")}
+    return {"B": change, "overhead_ms": medians, "noise": medians["A'"] / medians["A"], "effect": medians["B"] / medians["A"]}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    noise = [r["noise"] for r in runs]
+    effect = [r["effect"] for r in runs]
+    widest = max(abs(n - 1) for n in noise)
+    return {
+        "B": runs[0]["B"],
+        "effect_median": statistics.median(effect),
+        "effect_range": [min(effect), max(effect)],
+        "noise_range": [min(noise), max(noise)],
+        "pays": all(e > 1 + widest for e in effect),
+    }
+
+
+def markdown(experiment: str, doc: str, results: dict[str, Any], settings: Settings) -> str:
+    lines = [f"## {experiment}", "", doc.strip().replace("\n    ", " "), "",
+             f"{settings.turns} turns of the agent loop a run, {len(next(iter(results.values()))['runs'])} runs a store; "
+             "per-invoke overhead median in ms. B/A > 1: B is slower, so the machinery A has pays; "
+             "A'/A is the noise of the run.", "",
+             "| store | B is | A | A' | B | A'/A | B/A | pays |", "|---|---|---|---|---|---|---|---|"]
+    for store, result in results.items():
+        for run in result["runs"]:
+            a, a2, b = (run["overhead_ms"][name] for name in ("A", "A'", "B"))
+            lines.append(f"| {store} | {run['B']} | {a:.2f} | {a2:.2f} | {b:.2f} | {run['noise']:.3f} | {run['effect']:.3f} | |")
+        s = result["summary"]
+        lines.append(f"| **{store}** | | | | | {s['noise_range'][0]:.3f}-{s['noise_range'][1]:.3f} "
+                     f"| **{s['effect_median']:.3f}** ({s['effect_range'][0]:.3f}-{s['effect_range'][1]:.3f}) "
+                     f"| **{'yes' if s['pays'] else 'no'}** |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    parser.add_argument("--stores", default="file,sqlite,postgres,redis")
+    parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where ab.json and ab.md go")
+    args = parser.parse_args(argv)
+    settings = Settings(turns=args.turns, turn_budget_s=1e9)
+    stores = args.stores.split(",")
+    problems = server_problems([f"Telar/{s}" for s in stores], Lab.create())
+    results: dict[str, Any] = {}
+    for store in stores:
+        if f"Telar/{store}" in problems:
+            log(f"{store}: skipped ({problems[f'Telar/{store}']})")
+            continue
+        runs = []
+        for i in range(args.runs):
+            log(f"{args.experiment} on {store}: run {i + 1}/{args.runs}")
+            runs.append(run_once(args.experiment, store, settings))
+        results[store] = {"runs": runs, "summary": summarize(runs)}
+        log(f"{store}: {results[store]['summary']}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    stored_path = args.out / "ab.json"
+    stored = json.loads(stored_path.read_text()) if stored_path.exists() else {}
+    stored[args.experiment] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "turns": args.turns, "results": results,
+                               "markdown": markdown(args.experiment, EXPERIMENTS[args.experiment].__doc__ or "", results, settings)}
+    stored_path.write_text(json.dumps(stored, indent=1) + "\n")
+    report = ["# Machinery A/B (benchmarks/ab.py)", ""]
+    report += [f"{entry['markdown']}\n_run {entry['date']}_\n" for entry in stored.values()]
+    (args.out / "ab.md").write_text("\n".join(report))
+    print(stored[args.experiment]["markdown"])
+
+
+if __name__ == "__main__":
+    main()
