@@ -41,40 +41,37 @@ def stripe(thread_id: str, stripes: int) -> int:
 class WriterLocks:
     """A `threading.Lock` per stripe for sync writers, and an `asyncio.Lock` per stripe and
     event loop; each counts the writers waiting for it (`waiting`). A forked child starts
-    afresh: the parent's writers, their turns and their batches are not the child's."""
+    afresh, seen by its pid as the stores see it: the parent's writers, their turns and their
+    batches are not the child's. (Two of the child's threads that both start afresh at once
+    take turns apart for a moment, which costs a retry, never a write: the store's
+    compare-and-append settles races, the turns only spare them.)"""
 
     def __init__(self, stripes: int = STRIPES) -> None:
         self._stripes = stripes
         self._reset()
-        _ALL.add(self)
 
     def _reset(self) -> None:
+        self._pid = os.getpid()
         self._sync = [Turns() for _ in range(self._stripes)]
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[AsyncTurns]] = weakref.WeakKeyDictionary()
         self._guard = threading.Lock()
 
     def sync(self, thread_id: str) -> Turns:
         """The turns sync writers of `thread_id` take (``with``) while they write."""
+        if self._pid != os.getpid():  # forked: the parent's turns (and what held them) are not ours
+            self._reset()
         return self._sync[stripe(thread_id, len(self._sync))]
 
     def async_(self, thread_id: str) -> AsyncTurns:
         """The turns async writers of `thread_id` in the running event loop take (``async with``)."""
+        if self._pid != os.getpid():
+            self._reset()
         loop = asyncio.get_running_loop()
         turns = self._async.get(loop)
         if turns is None:
             with self._guard:
                 turns = self._async.setdefault(loop, [AsyncTurns() for _ in self._sync])
         return turns[stripe(thread_id, len(turns))]
-
-
-_ALL: weakref.WeakSet[WriterLocks] = weakref.WeakSet()
-if hasattr(os, "register_at_fork"):
-
-    def _reset_in_child() -> None:
-        for locks in list(_ALL):
-            locks._reset()
-
-    os.register_at_fork(after_in_child=_reset_in_child)
 
 
 class Batch:
