@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from telar_checkpoint.stores import FileStore, Store
-from telar_checkpoint.stores.base import Store as BaseStore
 
 POSTGRES = os.environ.get("TELAR_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("TELAR_BENCH_REDIS", "redis://127.0.0.1:6379/0")
@@ -58,7 +57,7 @@ def open_store(kind: str, root: Path, tag: str) -> tuple[Store, Callable[[], Non
 
 
 def versioned(store: Store) -> bool:
-    return type(store).append_if is not BaseStore.append_if
+    return store.versions
 
 
 def step(store: Store, key: str, line: str) -> None:

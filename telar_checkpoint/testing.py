@@ -22,9 +22,10 @@ fixture), and declare what the store can do::
 Capabilities are class attributes: `versions` (`version()` gives tokens and `append_if` appends),
 `indexes` (the index methods), `shared` (see `opener`) and `forked_child_writes`. A test that
 needs a capability the class declares absent is not collected at all (no skip in the report: a
-declaration, not an accident of the machine), and `test_declared_capabilities` checks each
-declaration against the store. The async tests run their coroutines with `asyncio.run`, so no
-pytest plugin is needed; the store is closed with `aclose` in that loop.
+declaration, not an accident of the machine), and `test_declared_capabilities` checks that
+the store declares the same (`Store.versions`, `Store.indexes`) and behaves so. The async tests
+run their coroutines with `asyncio.run`, so no pytest plugin is needed; the store is closed with
+`aclose` in that loop.
 
 This module is for test code only: it imports pytest and hypothesis, which the library does not
 need (``pip install 'telar-checkpoint[test]'``).
@@ -197,15 +198,26 @@ class StoreTests:
     # --- What the class declares ---
 
     def test_declared_capabilities(self, store: Store) -> None:
+        """The store declares what the class does (`Store.versions`, `Store.indexes`), and does what it declares."""
+        for capability in ("versions", "indexes"):
+            declared = getattr(store, capability)
+            assert declared is getattr(self, capability), f"the store declares {capability} = {declared}: so should the class"
         store.write("t", "v\n")
-        assert store.indexes is self.indexes, f"the store's indexes is {store.indexes}: declare indexes = {store.indexes}"
-        assert (store.version("t") is not None) is self.versions, "declare versions = whether version() gives tokens"
+        assert (store.version("t") is not None) is store.versions, "declare versions = whether version() gives tokens"
         if self.shared:
             other = self.reopen(store)
             try:
                 assert other.read("t") == "v\n"
             finally:
                 other.close()
+        run_async(store, self._async_declared_capabilities)
+
+    async def _async_declared_capabilities(self, astore: Store) -> None:
+        version = await astore.aversion("t")
+        assert (version is not None) is astore.versions, "declare versions = whether aversion() gives tokens"
+        moved = await astore.aappend_if_deferred("t", "w\n", version)
+        assert (moved is not None) is astore.versions and await astore.aread("t") == ("v\nw\n" if astore.versions else "v\n")
+        await astore.aflush("t")
 
     # --- The basic contract ---
 
@@ -354,17 +366,26 @@ class StoreTests:
             list(pool.map(work, range(8)))
         assert_all_lines(store.read("shared"), workers=8, count=50)
 
-    @needs("shared")
-    def test_processes_lose_no_append(self, store: Store) -> None:
+    def _race_in_processes(self, store: Store, work: Callable[[Callable[[], Store], int, int], None], count: int) -> str | None:
+        """Run ``work(opener, worker, count)`` in 4 spawned processes at once, each on a store object of
+        its own (`opener`), appending to "shared": what they wrote, once each succeeded."""
         store.write("shared", "")
         spawn = multiprocessing.get_context("spawn")
-        workers = [spawn.Process(target=append_lines, args=(self.opener(store), w, 200)) for w in range(4)]
+        workers = [spawn.Process(target=work, args=(self.opener(store), worker, count)) for worker in range(4)]
         for process in workers:
             process.start()
         for process in workers:
             process.join(timeout=240)
         assert [process.exitcode for process in workers] == [0] * 4
-        assert_all_lines(store.read("shared"), workers=4, count=200)
+        return store.read("shared")
+
+    @needs("shared")
+    def test_processes_lose_no_append(self, store: Store) -> None:
+        assert_all_lines(self._race_in_processes(store, append_lines, 200), workers=4, count=200)
+
+    @needs("versions", "shared")
+    def test_processes_racing_append_if_one_winner_per_version(self, store: Store) -> None:
+        assert_one_winner_per_version(self._race_in_processes(store, append_if_lines, 50), workers=4, count=50)
 
     async def _async_twins(self, astore: Store) -> None:
         assert await astore.aread("t") is None
@@ -483,18 +504,6 @@ class StoreTests:
             list(pool.map(lambda worker: append_if_loop(store, worker, 30), range(6)))
         assert_one_winner_per_version(store.read("shared"), workers=6, count=30)
 
-    @needs("versions", "shared")
-    def test_processes_racing_append_if_one_winner_per_version(self, store: Store) -> None:
-        store.write("shared", "")
-        spawn = multiprocessing.get_context("spawn")
-        workers = [spawn.Process(target=append_if_lines, args=(self.opener(store), w, 50)) for w in range(4)]
-        for process in workers:
-            process.start()
-        for process in workers:
-            process.join(timeout=240)
-        assert [process.exitcode for process in workers] == [0] * 4
-        assert_one_winner_per_version(store.read("shared"), workers=4, count=50)
-
     async def _async_versions(self, astore: Store) -> None:
         assert await astore.aversion("t") is None
         new, version = await astore.aupdate_versioned("t", lambda old: "one\n")
@@ -527,15 +536,8 @@ class StoreTests:
 
     # --- The index (see `Store.index`) ---
 
-    @staticmethod
-    def indexing(store: Store) -> Store:
-        if not store.indexes:
-            pytest.fail(f"the {store.kind} store keeps no index (declare indexes = False)")
-        return store
-
     @needs("indexes")
     def test_indexed_gives_the_keys_recorded_under_a_term_in_order(self, store: Store) -> None:
-        store = self.indexing(store)
         for key in INDEX_KEYS:
             store.write(key, "v\n")
             store.index(key, ["run:1", f"own:{key}"])
@@ -547,7 +549,6 @@ class StoreTests:
 
     @needs("indexes")
     def test_indexed_pages_from_a_start_key(self, store: Store) -> None:
-        store = self.indexing(store)
         for key in INDEX_KEYS:
             store.index(key, ["t"])
         expected = sorted(INDEX_KEYS)
@@ -565,21 +566,18 @@ class StoreTests:
     @needs("indexes")
     def test_index_may_name_a_key_before_its_value_exists(self, store: Store) -> None:
         """The saver records terms before the write they describe: a key without a value yet."""
-        store = self.indexing(store)
         store.index("later", ["run:1"])
         assert store.indexed("run:1") == ["later"]
         assert store.read("later") is None
 
     @needs("indexes")
     def test_recording_a_term_twice_keeps_one(self, store: Store) -> None:
-        store = self.indexing(store)
         store.index("a", ["t", "t"])
         store.index("a", ["t"])
         assert store.indexed("t") == ["a"]
 
     @needs("indexes")
     def test_unindex_forgets_only_what_it_names(self, store: Store) -> None:
-        store = self.indexing(store)
         store.index("a", ["t", "u"])
         store.index("b", ["t"])
         store.unindex("a", ["t", "never"])
@@ -588,7 +586,6 @@ class StoreTests:
 
     @needs("indexes")
     def test_delete_forgets_the_keys_terms(self, store: Store) -> None:
-        store = self.indexing(store)
         store.write("a", "v\n")
         store.write("b", "v\n")
         store.index("a", ["t"])
@@ -598,7 +595,6 @@ class StoreTests:
 
     @needs("indexes")
     def test_terms_of_any_text_round_trip(self, store: Store) -> None:
-        store = self.indexing(store)
         terms = ["meta:[\"k\",\"s\\u0000\"]", "run:тред 🧵", "x" * 200, "a b\nc"]
         store.index("k", terms)
         for term in terms:
@@ -606,7 +602,6 @@ class StoreTests:
 
     @needs("indexes")
     def test_index_is_ready_on_a_new_store_and_stays_ready(self, store: Store) -> None:
-        store = self.indexing(store)
         assert store.index_ready()
         store.write("a", "v\n")
         assert store.index_ready()
@@ -624,7 +619,6 @@ class StoreTests:
 
     @needs("indexes", "shared")
     def test_another_store_object_sees_the_index(self, store: Store) -> None:
-        store = self.indexing(store)
         store.write("a", "v\n")
         store.index("a", ["t"])
         other = self.reopen(store)
@@ -648,7 +642,7 @@ class StoreTests:
 
     @needs("indexes")
     def test_async_index(self, store: Store) -> None:
-        run_async(self.indexing(store), self._async_index)
+        run_async(store, self._async_index)
 
     # --- A state machine against a plain dict ---
 

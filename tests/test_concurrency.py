@@ -97,12 +97,16 @@ def test_threads_writing_their_own_threads(store: Store) -> None:
 
 def process_writer(description: tuple[str, dict[str, Any]], worker: int, puts: int, results: Any) -> None:
     """Run in a child process: a chain on the shared thread and one on a thread of its own."""
-    store = reopen(description)
     try:
-        saver = TelarSaver(store)
-        results.put((worker, write_chain(saver, "shared", worker, puts), write_chain(saver, f"own-{worker}", worker, puts)))
-    finally:
-        store.close()
+        store = reopen(description)
+        try:
+            saver = TelarSaver(store)
+            results.put((worker, write_chain(saver, "shared", worker, puts), write_chain(saver, f"own-{worker}", worker, puts)))
+        finally:
+            store.close()
+    except BaseException as exc:  # told to the test at once, not left for its wait to time out
+        results.put((worker, f"{type(exc).__name__}: {exc}", None))
+        raise
 
 
 def test_processes_writing_one_thread_and_their_own(shared_store: Store) -> None:
@@ -115,6 +119,7 @@ def test_processes_writing_one_thread_and_their_own(shared_store: Store) -> None
     got = [results.get(timeout=300) for _ in processes]
     for process in processes:
         process.join(timeout=60)
+    assert [shared for _, shared, own in got if own is None] == [], "a writer failed"
     assert [p.exitcode for p in processes] == [0] * len(processes)
     saver = TelarSaver(store)
     assert_whole(saver, "shared", {worker: shared for worker, shared, _ in got})

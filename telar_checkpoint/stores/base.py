@@ -25,6 +25,22 @@ class Store(ABC):
     #: A short name for messages and listings ("file", "sqlite", ...).
     kind: str = "store"
 
+    # What a store can do, declared by each store (never inferred from the methods it overrides):
+    # the async defaults, the saver and `telar_checkpoint.testing.StoreTests` go by these.
+
+    #: Whether `version` gives a token that changes with every write of the key, and `append_if`
+    #: appends at one. The saver keeps what it parsed with the version it came from, and appends
+    #: without reading the whole value again; a store without (both give None) is read whole.
+    versions: bool = False
+
+    #: Whether `append_if_deferred` may return before the suffix is durable, which `flush` then
+    #: makes it (False: every write is durable when it returns, and `flush` does nothing).
+    deferred_appends: bool = False
+
+    #: Whether the store keeps an index (`index`, `indexed`, `index_ready`: see there); without
+    #: one, the saver scans every key.
+    indexes: bool = False
+
     #: Whether a write costs enough (a round trip to a server) that a saver's pending writes
     #: should wait up to 2 ms for the step's put to carry them in the same write (see
     #: `writer_locks.Lingers`). Measured on the benchmarks' agent loop (100 turns, a saver that
@@ -54,10 +70,7 @@ class Store(ABC):
     def keys(self) -> Iterator[str]:
         """Every key that holds a value, in no particular order."""
 
-    # Optional: versions, for stores that can tell cheaply whether a value changed.
-    # A version is a token that changes with every write of the key. The saver keeps
-    # what it parsed with the version it came from, and appends without reading the
-    # whole value again. Stores that return None here are always read whole.
+    # Versions, for a store that declares `versions` (see there).
 
     def version(self, key: str) -> Hashable | None:
         """A token for the current value of `key` (None: this store has no versions)."""
@@ -91,17 +104,13 @@ class Store(ABC):
         """Leftovers of writes that were killed midway, which the store removes in time (for `verify`)."""
         return []
 
-    # Optional: an index of terms, so that operations across threads (`list(None, filter=...)`,
-    # `delete_for_runs`) cost what they find, not how many keys are stored. A term is a short
-    # string (a run id, a metadata value: see `telar_checkpoint.terms`). The saver records a
-    # key's terms before it writes lines that hold them, so the index may hold more than the
-    # values do (a write that failed after, a term removed since) but never less; every key it
-    # gives is checked against its value. A store whose index is not ready (written by a release
-    # without one) has it rebuilt by the saver before use.
-
-    #: Whether the store keeps an index (`index`, `indexed`, `index_ready`); without one, the
-    #: saver scans every key.
-    indexes: bool = False
+    # The index, for a store that declares `indexes`: terms, so that operations across threads
+    # (`list(None, filter=...)`, `delete_for_runs`) cost what they find, not how many keys are
+    # stored. A term is a short string (a run id, a metadata value: see `telar_checkpoint.terms`).
+    # The saver records a key's terms before it writes lines that hold them, so the index may hold
+    # more than the values do (a write that failed after, a term removed since) but never less;
+    # every key it gives is checked against its value. A store whose index is not ready (written
+    # by a release without one) has it rebuilt by the saver before use.
 
     def index(self, key: str, terms: Collection[str]) -> None:
         """Record `terms` for `key`, durably before any write of `key` made after this returns."""
@@ -151,25 +160,23 @@ class Store(ABC):
         await self.aupdate(key, lambda _old: value)
 
     async def aversion(self, key: str) -> Hashable | None:
-        return await asyncio.to_thread(self.version, key) if type(self).version is not Store.version else None
+        return await asyncio.to_thread(self.version, key) if self.versions else None
 
     async def aupdate_versioned(self, key: str, change: Change) -> tuple[str | None, Hashable | None]:
-        if type(self).update_versioned is Store.update_versioned:
+        if not self.versions:
             return await self.aupdate(key, change), None
         return await asyncio.to_thread(self.update_versioned, key, change)
 
     async def aappend_if(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
-        if type(self).append_if is Store.append_if:
-            return None
-        return await asyncio.to_thread(self.append_if, key, suffix, version)
+        return await asyncio.to_thread(self.append_if, key, suffix, version) if self.versions else None
 
     async def aappend_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> Hashable | None:
-        if type(self).append_if_deferred is Store.append_if_deferred:
+        if not self.deferred_appends:
             return await self.aappend_if(key, suffix, version)
         return await asyncio.to_thread(self.append_if_deferred, key, suffix, version, batch=batch)
 
     async def aflush(self, key: str) -> None:
-        if type(self).flush is not Store.flush:
+        if self.deferred_appends:
             await asyncio.to_thread(self.flush, key)
 
     async def aclose(self) -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from telar_checkpoint.errors import ForeignDataError, StoreError, StoreFullError, UsageError
 from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.common import attempts, encode, extension, gave_up
 from telar_checkpoint.stores.file_access import (
     CLOEXEC,
     DIRECTORY,
@@ -101,6 +102,9 @@ class FileStore(DeferredAppends, Store):
     """
 
     kind = "file"
+    versions = True  # a file's signature (see `file_handle.signature_of`)
+    deferred_appends = True  # a batch of appends shares one fsync, in `flush`
+    indexes = True  # in an SQLite database beside the files (see `file_index`)
 
     def __init__(
         self,
@@ -196,13 +200,19 @@ class FileStore(DeferredAppends, Store):
         path = f"{self._root}/{encode_name(key)}" if key is not None else self._root
         return store_error(exc, doing=doing, key=key, path=path, root=self._root)
 
+    @contextmanager
+    def _errors(self, doing: str, key: str | None) -> Iterator[None]:
+        """Raise an OSError met while `doing` something for thread `key` as `_failed` says (not
+        on the paths where a context manager's cost shows: `read`, `version`)."""
+        try:
+            yield
+        except OSError as exc:
+            raise self._failed(exc, doing, key) from exc
+
     def path(self, key: str) -> Path:
         """The file that holds `key` (a file written by release 0.1.0 may still be at
         its legacy name until its next write; see `file_names`)."""
         return self.directory / encode_name(key)
-
-    def _path(self, key: str) -> str:
-        return f"{self._root}/{encode_name(key)}"
 
     def _handle(self, key: str) -> Handle:
         """The thread's `Handle`; the least recently used ones not in use are closed."""
@@ -319,13 +329,13 @@ class FileStore(DeferredAppends, Store):
         return self.update_versioned(key, change)[0]
 
     def update_versioned(self, key: str, change: Change) -> tuple[str | None, Signature | None]:
-        try:
+        with self._errors("writing", key):
             return self._update_versioned(key, change)
-        except OSError as exc:
-            raise self._failed(exc, "writing", key) from exc
 
     def _update_versioned(self, key: str, change: Change) -> tuple[str | None, Signature | None]:
-        while True:
+        for pause in attempts():
+            if pause:
+                time.sleep(pause)
             with self._locked(key) as (handle, st):
                 if st is None:
                     created = self._create(key, change)
@@ -339,9 +349,10 @@ class FileStore(DeferredAppends, Store):
                 if new is None:
                     self._remove(key, handle)
                     return None, None
-                if new.startswith(old):  # type: ignore[arg-type]
-                    if len(new) > len(old):  # type: ignore[arg-type]
-                        appended = self._append(handle, new[len(old) :])  # type: ignore[arg-type]
+                suffix = extension(old, new)
+                if suffix is not None:
+                    if suffix:
+                        appended = self._append(handle, suffix)
                         if appended is None:
                             continue  # the file was changed by another hand: change what is there
                         ticket, signature = appended
@@ -351,6 +362,7 @@ class FileStore(DeferredAppends, Store):
                     handle.close()  # the file it locked was replaced (which lets the lock go)
             self._sync(handle, ticket)
             return new, signature
+        raise gave_up(key, self._root)
 
     def _create(self, key: str, change: Change) -> tuple[str | None, Signature | None] | None:
         """Create the thread's file with what `change` makes of no history; None when
@@ -390,37 +402,29 @@ class FileStore(DeferredAppends, Store):
     def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> Signature | None:
         if version is None:
             return None
-        try:
-            with self._locked(key) as (handle, st):
-                if st is None or signature_of(st) != version:
-                    return None
-                self._texts.pop(key, None)
-                appended = self._append(handle, suffix, batch=batch)
-                return None if appended is None else appended[1]
-        except OSError as exc:
-            raise self._failed(exc, "appending to", key) from exc
+        with self._errors("appending to", key), self._locked(key) as (handle, st):
+            if st is None or signature_of(st) != version:
+                return None
+            self._texts.pop(key, None)
+            appended = self._append(handle, suffix, batch=batch)
+            return None if appended is None else appended[1]
 
     def flush(self, key: str) -> None:
         """Return once every append of `key` so far is on disk."""
         handle = self._handle(key)
-        try:
+        with self._errors("syncing", key):
             self._sync(handle, handle.commits.written)
-        except OSError as exc:
-            raise self._failed(exc, "syncing", key) from exc
 
     def delete(self, key: str) -> None:
-        try:
-            with self._locked(key) as (handle, st):
-                self._texts.pop(key, None)
-                if st is not None:
-                    self._remove(key, handle)
-                legacy = legacy_name(key)
-                legacy_st = None if legacy is None else self._lstat(legacy, key)
-                if legacy is not None and legacy_st is not None and stat.S_ISREG(legacy_st.st_mode):
-                    with self._creating():
-                        self._unlink(legacy, key)
-        except OSError as exc:
-            raise self._failed(exc, "deleting", key) from exc
+        with self._errors("deleting", key), self._locked(key) as (handle, st):
+            self._texts.pop(key, None)
+            if st is not None:
+                self._remove(key, handle)
+            legacy = legacy_name(key)
+            legacy_st = None if legacy is None else self._lstat(legacy, key)
+            if legacy is not None and legacy_st is not None and stat.S_ISREG(legacy_st.st_mode):
+                with self._creating():
+                    self._unlink(legacy, key)
 
     def _remove(self, key: str, handle: Handle) -> None:
         """Remove the locked file of `key` (and the `.key` file of a long name) and close it."""
@@ -449,7 +453,7 @@ class FileStore(DeferredAppends, Store):
         appended then). A lone write (not part of a `batch`, and none waiting for an fsync)
         makes itself durable as it writes: one system call instead of two, and the lock it
         holds meanwhile keeps nobody waiting."""
-        data = text.encode("utf-8", "surrogatepass")
+        data = encode(text)
         durable = self.fsync and not batch and not handle.commits.pending
         signature = handle.append(data, durable=durable)
         if signature is None:
@@ -484,7 +488,7 @@ class FileStore(DeferredAppends, Store):
         """Write `text` as the file at `relative`: into a temporary file, fsynced, then renamed
         into place, and the directory that holds it fsynced. A full disk is said plainly: a
         rewrite needs room for a second copy of the thread."""
-        data = text.encode("utf-8", "surrogatepass")
+        data = encode(text)
         self._remove_stale_temp_files_if_due()
         parts = relative.split("/")
         try:
@@ -537,17 +541,13 @@ class FileStore(DeferredAppends, Store):
         """Temporary files that rewrites killed midway left in ``.tmp`` (no live writer locks
         them, and they are over a minute old), relative to the directory, for `verify` to
         report. Nothing is changed; the store's next rewrite removes them."""
-        try:
+        with self._errors("looking for temporary files in", None):
             return self._stale_temp_files(remove=False)
-        except OSError as exc:
-            raise self._failed(exc, "looking for temporary files in", None) from exc
 
     def remove_stale_temp_files(self) -> list[str]:
         """Remove the `stale_temp_files`; those removed."""
-        try:
+        with self._errors("removing temporary files in", None):
             return self._stale_temp_files(remove=True)
-        except OSError as exc:
-            raise self._failed(exc, "removing temporary files in", None) from exc
 
     def _remove_stale_temp_files_if_due(self) -> None:
         """Before a rewrite: remove the stale temporary files, when this store has not looked for
@@ -605,8 +605,6 @@ class FileStore(DeferredAppends, Store):
             self._index.close()
 
     # The index (see `file_index`)
-
-    indexes = True
 
     def _index_db(self) -> FileIndex:
         """The index database, made on first use (not ready when the directory holds histories); the
@@ -703,7 +701,7 @@ class FileStore(DeferredAppends, Store):
     def keys(self) -> Iterator[str]:
         """Every thread with a history (one under its legacy name included, once)."""
         legacy_seen: set[str] = set()
-        try:
+        with self._errors("listing", None):
             for _relative, key in self._entries():
                 if key is None:
                     continue
@@ -712,17 +710,13 @@ class FileStore(DeferredAppends, Store):
                         continue
                     legacy_seen.add(key)
                 yield key
-        except OSError as exc:
-            raise self._failed(exc, "listing", None) from exc
 
     def foreign(self) -> list[str]:
         """Entries in the directory that are not histories of ours: not named as one, not a
         regular file (a link, FIFO, directory, ...), or a legacy name whose thread is also
         under its new name (which is the one read)."""
-        try:
+        with self._errors("listing", None):
             entries = list(self._entries())
-        except OSError as exc:
-            raise self._failed(exc, "listing", None) from exc
         held = {relative for relative, key in entries if key is not None}
         return sorted(
             relative for relative, key in entries if key is None or (relative != encode_name(key) and encode_name(key) in held)

@@ -18,7 +18,8 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from telar_checkpoint.stores.sqlite import _INSERT, SQLiteStore, _Connection, _encode
+from telar_checkpoint.stores.common import encode
+from telar_checkpoint.stores.sqlite import _INSERT, SQLiteStore, _Connection
 
 INDEX_DIR = ".index"
 INDEX_FILE = "index.sqlite3"
@@ -48,7 +49,7 @@ class FileIndex(SQLiteStore):
     def add_keys(self, keys: Iterable[str]) -> None:
         """Record every key of `keys` that is not recorded yet (a rebuild), in one synced transaction."""
         have = set(self.keys())
-        missing = [(_encode(key), _encode("")) for key in dict.fromkeys(keys) if key not in have]
+        missing = [(encode(key), encode("")) for key in dict.fromkeys(keys) if key not in have]
         if missing:
             with self._commit() as conn, self._transaction(conn):
                 conn.executemany(_INSERT, missing)

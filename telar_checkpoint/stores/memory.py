@@ -17,6 +17,7 @@ class MemoryStore(Store):
     """
 
     kind = "memory"
+    versions = True
     indexes = True
 
     def __init__(self) -> None:
@@ -94,8 +95,7 @@ class MemoryStore(Store):
     def unindex(self, key: str, terms: Collection[str]) -> None:
         with self._lock:
             self._unindex(key, terms)
-            if key in self._terms_of:
-                self._terms_of[key].difference_update(terms)
+            self._terms_of.get(key, set()).difference_update(terms)
 
     def _unindex(self, key: str, terms: Collection[str]) -> None:
         for term in terms:

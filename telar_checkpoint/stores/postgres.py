@@ -43,7 +43,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable, Collection, Generator, Hashable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 try:
@@ -55,15 +55,13 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating a missi
 
 from telar_checkpoint.errors import NoStoreError, StoreError, UsageError
 from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.common import check_schema, decode_key, decoded_keys, driver_error, driver_errors, encode, extension
 from telar_checkpoint.stores.event_loops import INHERITED, PerLoop
 from telar_checkpoint.stores.postgres_connections import AsyncConnections, Connections
 
 SCHEMA_VERSION = 3
 """The layout of our tables; 1 and 2 are migrated, a database recording a newer one is refused
 (3 added the index, which a release without it would leave behind when it writes)."""
-
-COMPACT_AT = 256
-"""An update that extends a value held in this many chunks or more rewrites it as one chunk."""
 
 Rows = list[tuple[Any, ...]]
 Steps = Generator[tuple[sql.Composed | sql.SQL, tuple[Any, ...]], Rows, Any]
@@ -73,13 +71,13 @@ LONG_KEY = 1024  # bytes; a longer key is indexed by its hash (b"\xff" + sha256,
 
 
 def _key(key: str) -> bytes:
-    raw = key.encode("utf-8", "surrogatepass")
+    raw = encode(key)
     return raw if len(raw) <= LONG_KEY else b"\xff" + hashlib.sha256(raw).digest()
 
 
 def _full_key(key: str) -> bytes | None:
     """The key itself when the row is indexed by its hash (btree entries are limited in size)."""
-    raw = key.encode("utf-8", "surrogatepass")
+    raw = encode(key)
     return raw if len(raw) > LONG_KEY else None
 
 
@@ -106,6 +104,8 @@ class PostgresStore(Store):
     """Histories as rows of ``{table_prefix}histories`` in `schema` (created if needed)."""
 
     kind = "postgres"
+    versions = True  # drawn from the sequence ``{prefix}versions``
+    indexes = True  # ``{prefix}terms``
     carry_writes = True  # a write is a round trip (see `Store.carry_writes`)
 
     def __init__(
@@ -132,6 +132,7 @@ class PostgresStore(Store):
             self.server = server_name(conninfo, **connect_kwargs)
         except psycopg.ProgrammingError as exc:
             raise UsageError(f"not a PostgreSQL connection string: {exc}") from exc
+        self._where = f"PostgreSQL server at {self.server}"
         self._kwargs = {"connect_timeout": max(2, round(connect_timeout)), **connect_kwargs, "autocommit": True}
         self._limits = (max_size, timeout)
         self._sql = _Queries(schema, table_prefix)
@@ -178,11 +179,7 @@ class PostgresStore(Store):
             yield from self._existing_steps()
         rows = yield self._sql.version, ()
         version = int(rows[0][0])
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"PostgreSQL server at {self.server}: the store tables have schema version {version}, "
-                f"newer than this telar-checkpoint knows ({SCHEMA_VERSION}); upgrade telar-checkpoint"
-            )
+        check_schema(self._where, version, SCHEMA_VERSION)
         if self.create and version < SCHEMA_VERSION:  # 1: one row per thread in {prefix}histories; 2: no index
             for statement in (self._sql.migrate_v1 if version == 1 else []) + [self._sql.to_current]:
                 yield statement, ()
@@ -204,8 +201,7 @@ class PostgresStore(Store):
             raise not_ours(where, [row[0] for row in tables], postgres=True, langgraph_url=masked(url))
         rows = yield self._sql.v1_table, ()
         if rows[0][0]:
-            raise NoStoreError(f"PostgreSQL server at {self.server}: a store of schema 1; open it once with "
-                               "TelarSaver to upgrade it")
+            raise NoStoreError(f"{self._where}: a store of schema 1; open it once with TelarSaver to upgrade it")
 
     def _update_steps(self, key: str, change: Change) -> Steps:
         """Runs in a transaction: the upsert locks the thread row (version 0: a placeholder, never committed)."""
@@ -224,13 +220,11 @@ class PostgresStore(Store):
             return None, None
         if new == old:
             return new, version
-        if old is not None and new.startswith(old) and chunks < COMPACT_AT:
-            suffix = _storable(new[len(old) :], key)
-        else:
-            suffix = _storable(new, key)
-            if old is not None:
-                yield self._sql.delete_chunks, (raw_key,)
-        rows = yield self._sql.bump_and_insert, (raw_key, suffix)
+        suffix = extension(old, new, chunks)
+        stored = _storable(new if suffix is None else suffix, key)
+        if suffix is None and old is not None:
+            yield self._sql.delete_chunks, (raw_key,)
+        rows = yield self._sql.bump_and_insert, (raw_key, stored)
         return new, rows[0][0]
 
     def _delete_steps(self, key: str) -> Steps:
@@ -245,12 +239,12 @@ class PostgresStore(Store):
         yield self._sql.drop_terms, (raw_key,)
 
     def _index_steps(self, key: str, terms: Collection[str], add: bool) -> Steps:
-        raw_key, raw_terms = _key(key), [_term(term) for term in terms]
+        raw_key, raw_terms = _key(key), [encode(term) for term in terms]
         yield (self._sql.add_terms, (raw_terms, raw_key, _full_key(key))) if add else (self._sql.drop_some_terms, (raw_key, raw_terms))
 
     def _indexed_steps(self, term: str, start: str | None, limit: int | None) -> Steps:
-        rows = yield self._sql.indexed, (_term(term), b"" if start is None else _bound(start), limit)
-        return _decoded([bytes(row[0]) for row in rows])
+        rows = yield self._sql.indexed, (encode(term), b"" if start is None else _bound(start), limit)
+        return decoded_keys([bytes(row[0]) for row in rows])
 
     def _index_ready_steps(self) -> Steps:
         rows = yield self._sql.index_ready, ()
@@ -264,7 +258,7 @@ class PostgresStore(Store):
             rows = yield self._sql.first_keys, (limit,)
         else:
             rows = yield self._sql.keys_after, (_key(after), limit)
-        return _decoded([bytes(row[0]) for row in rows])
+        return decoded_keys([bytes(row[0]) for row in rows])
 
     def _keys_steps(self) -> Steps:
         rows = yield self._sql.keys, ()
@@ -276,12 +270,8 @@ class PostgresStore(Store):
 
     # The sync driver
 
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL server at {self.server}: {exc}".rstrip()) from exc
+    def _errors(self) -> AbstractContextManager[None]:
+        return driver_errors(self._where, psycopg.Error)
 
     def _lender(self) -> Connections:
         """The sync connections, once the tables are set up (in this process)."""
@@ -311,7 +301,7 @@ class PostgresStore(Store):
             finally:
                 lender.put(conn)
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL server at {self.server}: {exc}".rstrip()) from exc
+            raise driver_error(self._where, exc) from exc
 
     def _render(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> dict[str, bytes]:
         """The hot statements as bytes, rendered once (quoting names as `conn` does)."""
@@ -358,7 +348,7 @@ class PostgresStore(Store):
             finally:
                 lender.put(conn)
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL server at {self.server}: {exc}".rstrip()) from exc
+            raise driver_error(self._where, exc) from exc
 
     async def aclose(self) -> None:
         """`close`, and close the running loop's connections now."""
@@ -391,7 +381,7 @@ class PostgresStore(Store):
         self._run(self._delete_steps(key), transaction=True)
 
     def keys(self) -> Iterator[str]:
-        return iter(_decoded(self._run(self._keys_steps())))
+        return iter(decoded_keys(self._run(self._keys_steps())))
 
     def foreign(self) -> list[str]:
         """Rows whose key is not UTF-8 text (so not written by us), shown as hex."""
@@ -400,8 +390,6 @@ class PostgresStore(Store):
     def schema_version(self) -> int:
         """The schema version recorded in the store's meta table."""
         return self._run(self._version_steps())
-
-    indexes = True
 
     def index(self, key: str, terms: Collection[str]) -> None:
         self._run(self._index_steps(key, terms, add=True))
@@ -463,92 +451,85 @@ class PostgresStore(Store):
         await self._arun(self._delete_steps(key), transaction=True)
 
     async def akeys(self) -> list[str]:
-        return _decoded(await self._arun(self._keys_steps()))
+        return decoded_keys(await self._arun(self._keys_steps()))
+
+
+_SETUP = [
+    "CREATE TABLE IF NOT EXISTS {meta} (name text PRIMARY KEY, value text NOT NULL)",
+    "CREATE SEQUENCE IF NOT EXISTS {versions}",
+    "CREATE TABLE IF NOT EXISTS {threads} (key bytea PRIMARY KEY, version bigint NOT NULL, full_key bytea)",
+    "ALTER TABLE {threads} ADD COLUMN IF NOT EXISTS full_key bytea",
+    "CREATE TABLE IF NOT EXISTS {chunks} (key bytea NOT NULL, seq bigint NOT NULL, value text NOT NULL, PRIMARY KEY (key, seq))",
+    "CREATE TABLE IF NOT EXISTS {terms} (term bytea NOT NULL, key bytea NOT NULL, full_key bytea, PRIMARY KEY (term, key))",
+    "CREATE INDEX IF NOT EXISTS {terms_key} ON {terms} (key)",
+]
+_MIGRATE_V1 = [
+    "INSERT INTO {threads} (key, version) SELECT key, nextval({versions_name}) FROM {histories} WHERE value IS NOT NULL",
+    "INSERT INTO {chunks} SELECT key, version, value FROM {threads} JOIN {histories} USING (key)",
+    "DROP TABLE {histories}",
+]
+_BUMPED = "WITH bumped AS (UPDATE {threads} SET version = nextval({versions_name}) WHERE key = %s"
+_INSERTED = "RETURNING key, version) INSERT INTO {chunks} SELECT key, version, %s FROM bumped RETURNING seq"
+_STATEMENTS = {
+    # The schema: set up, checked and migrated by `_setup_steps`
+    "advisory_lock": "SELECT pg_advisory_xact_lock(hashtext(%s))",
+    "meta_exists": "SELECT to_regclass({meta_name}) IS NOT NULL",
+    "terms_exist": "SELECT to_regclass({terms_name}) IS NOT NULL",
+    "v1_table": "SELECT to_regclass({histories_name}) IS NOT NULL",
+    "tables": "SELECT table_name FROM information_schema.tables WHERE table_schema = coalesce(%s, current_schema())",
+    "record_version": "INSERT INTO {meta} VALUES ('schema_version', {version}) ON CONFLICT DO NOTHING",
+    "record_v1": "INSERT INTO {meta} VALUES ('schema_version', '1') ON CONFLICT DO NOTHING",
+    "to_current": "UPDATE {meta} SET value = {version} WHERE name = 'schema_version'",
+    "version": "SELECT value FROM {meta} WHERE name = 'schema_version'",
+    "any_thread": "SELECT EXISTS (SELECT 1 FROM {threads})",
+    # Threads (version 0: the placeholder row of an update creating the thread, never committed)
+    "read": "SELECT value FROM {chunks} WHERE key = %s ORDER BY seq",
+    "thread_version": "SELECT version FROM {threads} WHERE key = %s",
+    "append_if": f"{_BUMPED} AND version = %s {_INSERTED}",
+    "bump_and_insert": f"{_BUMPED} {_INSERTED}",
+    "lock_thread": "INSERT INTO {threads} AS t VALUES (%s, 0, %s) ON CONFLICT (key) DO UPDATE SET version = t.version RETURNING version",
+    "delete_thread": "DELETE FROM {threads} WHERE key = %s",
+    "delete_chunks": "DELETE FROM {chunks} WHERE key = %s",
+    "keys": "SELECT coalesce(full_key, key) FROM {threads} WHERE version <> 0",
+    # Two statements, not one with "(key > %s OR first)": an OR there keeps the planner from the
+    # primary key's range, and it reads every thread.
+    "first_keys": "SELECT coalesce(full_key, key) FROM {threads} WHERE version <> 0 ORDER BY key LIMIT %s",
+    "keys_after": "SELECT coalesce(full_key, key) FROM {threads} WHERE version <> 0 AND key > %s ORDER BY key LIMIT %s",
+    # The index
+    "index_ready": "SELECT 1 FROM {meta} WHERE name = 'index' AND value = 'ready'",
+    "set_index_ready": "INSERT INTO {meta} VALUES ('index', 'ready') ON CONFLICT (name) DO UPDATE SET value = 'ready'",
+    "add_terms": "INSERT INTO {terms} SELECT unnest(%s::bytea[]), %s, %s ON CONFLICT DO NOTHING",
+    "drop_some_terms": "DELETE FROM {terms} WHERE key = %s AND term = ANY(%s::bytea[])",
+    "drop_terms": "DELETE FROM {terms} WHERE key = %s",
+    "indexed": "SELECT coalesce(full_key, key) FROM {terms} WHERE term = %s AND key >= %s ORDER BY key LIMIT %s",
+}
 
 
 class _Queries:
-    """Every statement the store runs, composed once for its schema and table names."""
+    """Every statement the store runs (`_STATEMENTS`, each an attribute of its name), composed
+    once for its schema and table names."""
 
     def __init__(self, schema: str | None, prefix: str) -> None:
-        def name(table: str) -> sql.Identifier:
-            return sql.Identifier(schema, prefix + table) if schema else sql.Identifier(prefix + table)
+        names: dict[str, sql.Composable] = {"version": sql.Literal(str(SCHEMA_VERSION))}
+        for table in ("meta", "threads", "chunks", "terms", "histories", "versions"):
+            names[table] = sql.Identifier(schema, prefix + table) if schema else sql.Identifier(prefix + table)
+            names[f"{table}_name"] = sql.Literal(names[table].as_string(None))  # for to_regclass, nextval
+        names["terms_key"] = sql.Identifier(prefix + "terms_key")  # an index is in its table's schema
+        names["schema"] = sql.Identifier(schema or "")
 
-        meta, threads, chunks, versions = name("meta"), name("threads"), name("chunks"), name("versions")
-        terms = name("terms")
-        v1 = name("histories")
+        def compose(text: str) -> sql.Composed:
+            return sql.SQL(text).format(**names)
+
         self.lock_name = f"telar-checkpoint setup {schema or ''}.{prefix}"
-        self.advisory_lock = sql.SQL("SELECT pg_advisory_xact_lock(hashtext(%s))")
-        self.setup = [sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))] if schema else []
-        self.setup += [
-            sql.SQL("CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, value text NOT NULL)").format(meta),
-            sql.SQL("CREATE SEQUENCE IF NOT EXISTS {}").format(versions),
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (key bytea PRIMARY KEY, version bigint NOT NULL, full_key bytea)"
-            ).format(threads),
-            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS full_key bytea").format(threads),
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (key bytea NOT NULL, seq bigint NOT NULL, value text NOT NULL, "
-                "PRIMARY KEY (key, seq))"
-            ).format(chunks),
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (term bytea NOT NULL, key bytea NOT NULL, full_key bytea, PRIMARY KEY (term, key))"
-            ).format(terms),
-            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (key)").format(sql.Identifier(prefix + "terms_key"), terms),
-        ]
-        self.terms_exist = sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(sql.Literal(terms.as_string(None)))
-        self.any_thread = sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(threads)
-        self.index_ready = sql.SQL("SELECT 1 FROM {} WHERE name = 'index' AND value = 'ready'").format(meta)
-        self.set_index_ready = sql.SQL(
-            "INSERT INTO {} VALUES ('index', 'ready') ON CONFLICT (name) DO UPDATE SET value = 'ready'"
-        ).format(meta)
-        self.add_terms = sql.SQL("INSERT INTO {} SELECT unnest(%s::bytea[]), %s, %s ON CONFLICT DO NOTHING").format(terms)
-        self.drop_some_terms = sql.SQL("DELETE FROM {} WHERE key = %s AND term = ANY(%s::bytea[])").format(terms)
-        self.drop_terms = sql.SQL("DELETE FROM {} WHERE key = %s").format(terms)
-        self.indexed = sql.SQL(
-            "SELECT coalesce(full_key, key) FROM {} WHERE term = %s AND key >= %s ORDER BY key LIMIT %s"
-        ).format(terms)
-        # Two statements, not one with "(key > %s OR first)": an OR there keeps the planner from the
-        # primary key's range, and it reads every thread.
-        self.first_keys = sql.SQL("SELECT coalesce(full_key, key) FROM {} WHERE version <> 0 ORDER BY key LIMIT %s").format(threads)
-        self.keys_after = sql.SQL(
-            "SELECT coalesce(full_key, key) FROM {} WHERE version <> 0 AND key > %s ORDER BY key LIMIT %s"
-        ).format(threads)
-        record = "INSERT INTO {} VALUES ('schema_version', {}) ON CONFLICT DO NOTHING"
-        self.meta_exists = sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(sql.Literal(meta.as_string(None)))
-        self.tables = sql.SQL(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = coalesce(%s, current_schema())"
-        )
-        self.v1_table = sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(sql.Literal(v1.as_string(None)))
-        self.record_version = sql.SQL(record).format(meta, sql.Literal(str(SCHEMA_VERSION)))
-        self.record_v1 = sql.SQL(record).format(meta, sql.Literal("1"))
-        self.migrate_v1 = [
-            sql.SQL("INSERT INTO {} (key, version) SELECT key, nextval({}) FROM {} WHERE value IS NOT NULL").format(
-                threads, sql.Literal(versions.as_string(None)), v1
-            ),
-            sql.SQL("INSERT INTO {} SELECT key, version, value FROM {} JOIN {} USING (key)").format(chunks, threads, v1),
-            sql.SQL("DROP TABLE {}").format(v1),
-        ]
-        self.to_current = sql.SQL("UPDATE {} SET value = {} WHERE name = 'schema_version'").format(
-            meta, sql.Literal(str(SCHEMA_VERSION))
-        )
-        self.version = sql.SQL("SELECT value FROM {} WHERE name = 'schema_version'").format(meta)
-        self.read = sql.SQL("SELECT value FROM {} WHERE key = %s ORDER BY seq").format(chunks)
-        self.thread_version = sql.SQL("SELECT version FROM {} WHERE key = %s").format(threads)
-        self.append_if = sql.SQL(
-            "WITH bumped AS (UPDATE {threads} SET version = nextval({versions}) WHERE key = %s AND version = %s "
-            "RETURNING key, version) INSERT INTO {chunks} SELECT key, version, %s FROM bumped RETURNING seq"
-        ).format(threads=threads, versions=sql.Literal(versions.as_string(None)), chunks=chunks)
-        self.lock_thread = sql.SQL(
-            "INSERT INTO {t} AS t VALUES (%s, 0, %s) ON CONFLICT (key) DO UPDATE SET version = t.version RETURNING version"
-        ).format(t=threads)
-        self.bump_and_insert = sql.SQL(
-            "WITH bumped AS (UPDATE {threads} SET version = nextval({versions}) WHERE key = %s "
-            "RETURNING key, version) INSERT INTO {chunks} SELECT key, version, %s FROM bumped RETURNING seq"
-        ).format(threads=threads, versions=sql.Literal(versions.as_string(None)), chunks=chunks)
-        self.delete_thread = sql.SQL("DELETE FROM {} WHERE key = %s").format(threads)
-        self.delete_chunks = sql.SQL("DELETE FROM {} WHERE key = %s").format(chunks)
-        self.keys = sql.SQL("SELECT coalesce(full_key, key) FROM {} WHERE version <> 0").format(threads)
-        self.hot = {"read": self.read, "thread_version": self.thread_version, "append_if": self.append_if}
+        self.setup = [compose("CREATE SCHEMA IF NOT EXISTS {schema}")] if schema else []
+        self.setup += [compose(text) for text in _SETUP]
+        self.migrate_v1 = [compose(text) for text in _MIGRATE_V1]
+        vars(self).update({name: compose(text) for name, text in _STATEMENTS.items()})
+        self.hot = {name: vars(self)[name] for name in ("read", "thread_version", "append_if")}
+
+    def __getattr__(self, name: str) -> sql.Composed:
+        """(Only for type checkers: every statement is an attribute, set by `__init__`.)"""
+        raise AttributeError(name)
 
 
 def _fetch(cursor: Any) -> Rows:
@@ -580,20 +561,5 @@ def _bound(start: str) -> bytes:
     return _key(start[:-1]) + b"\x00" if start.endswith("\x00") else _key(start)
 
 
-def _term(term: str) -> bytes:
-    return term.encode("utf-8", "surrogatepass")
-
-
-def _decode_key(raw: bytes) -> str | None:
-    try:
-        return raw.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        return None
-
-
-def _decoded(raw_keys: list[bytes]) -> list[str]:
-    return [key for key in map(_decode_key, raw_keys) if key is not None]
-
-
 def _undecodable(raw_keys: list[bytes]) -> list[str]:
-    return sorted(f"histories key '\\x{raw.hex()}'" for raw in raw_keys if _decode_key(raw) is None)
+    return sorted(f"histories key '\\x{raw.hex()}'" for raw in raw_keys if decode_key(raw) is None)

@@ -60,6 +60,8 @@ def _close(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None
 class _Idle(Generic[Conn]):
     """The idle connections and the bookkeeping shared by the sync and async lenders."""
 
+    _slots: threading.BoundedSemaphore | asyncio.Semaphore  # a permit for each connection lent
+
     def __init__(self, server: str, max_size: int, timeout: float) -> None:
         self.server, self.max_size, self.timeout = server, max_size, timeout
         self._lock = threading.Lock()
@@ -82,6 +84,14 @@ class _Idle(Generic[Conn]):
         with self._lock:
             self._lent[id(conn)] = self._generation
         return conn
+
+    def put(self, conn: Conn) -> None:
+        """Give back a connection that `get` lent (never waits, so a cancelled operation still
+        gives its connection back)."""
+        try:
+            self._give_back(conn)
+        finally:
+            self._slots.release()
 
     def _give_back(self, conn: Conn) -> None:
         with self._lock:
@@ -113,7 +123,7 @@ class Connections(_Idle[psycopg.Connection[Any]]):
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], server: str, max_size: int, timeout: float) -> None:
         super().__init__(server, max_size, timeout)
         self._connect = connect
-        self._slots = threading.BoundedSemaphore(max_size)
+        self._slots: threading.BoundedSemaphore = threading.BoundedSemaphore(max_size)
 
     def get(self) -> psycopg.Connection[Any]:
         """A connection for one operation; give it back with `put`."""
@@ -124,12 +134,6 @@ class Connections(_Idle[psycopg.Connection[Any]]):
         except BaseException:
             self._slots.release()
             raise
-
-    def put(self, conn: psycopg.Connection[Any]) -> None:
-        try:
-            self._give_back(conn)
-        finally:
-            self._slots.release()
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -148,11 +152,10 @@ class AsyncConnections(_Idle[psycopg.AsyncConnection[Any]]):
     ) -> None:
         super().__init__(server, max_size, timeout)
         self._connect = connect
-        self._slots = asyncio.Semaphore(max_size)
+        self._slots: asyncio.Semaphore = asyncio.Semaphore(max_size)
 
     async def get(self) -> psycopg.AsyncConnection[Any]:
-        """A connection for one operation; give it back with `put` (which never waits, so a
-        cancelled operation still gives its connection back)."""
+        """A connection for one operation; give it back with `put`."""
         if self._slots.locked():
             try:
                 await asyncio.wait_for(self._slots.acquire(), self.timeout)
@@ -165,12 +168,6 @@ class AsyncConnections(_Idle[psycopg.AsyncConnection[Any]]):
         except BaseException:
             self._slots.release()
             raise
-
-    def put(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        try:
-            self._give_back(conn)
-        finally:
-            self._slots.release()
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

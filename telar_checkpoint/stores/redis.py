@@ -54,12 +54,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import random
 import threading
 import time
 import zlib
 from collections.abc import Collection, Generator, Hashable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 try:
@@ -73,11 +72,21 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by simulating a missing driver
     raise ImportError(f"{exc}: RedisStore needs redis; pip install 'telar-checkpoint[redis]'") from exc
 
-from telar_checkpoint.errors import StoredDataError, StoreError, UsageError
+from telar_checkpoint.errors import StoreError, UsageError
 from telar_checkpoint.stores import redis_scripts as scripts
 from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.common import (
+    attempts,
+    check_schema,
+    decode_key,
+    decode_value,
+    decoded_keys,
+    driver_error,
+    driver_errors,
+    encode,
+    gave_up,
+)
 from telar_checkpoint.stores.event_loops import PerLoop
-from telar_checkpoint.stores.redis_scripts import encode
 from telar_checkpoint.stores.url import CLUSTER_SCHEMES, cluster_nodes, scheme
 
 try:  # redis>=7: with maintenance notifications on ("auto"), the asyncio pool skips its dead-connection check
@@ -102,9 +111,6 @@ _CLUSTER_DEFAULTS: dict[str, Any] = {"cluster_error_retry_attempts": 0} if int(r
 SCHEMA_VERSION = 3
 """The layout of our keys; 1 and 2 are read as they are (and marked 3), a newer one is refused."""
 
-MAX_ATTEMPTS = 1000
-"""Compare-and-set attempts before an update gives up (each is lost only to another writer)."""
-
 SCAN_BATCH = 1000
 """Keys asked of each ``SCAN`` call, and ids added to the key set by one ``ZADD``."""
 
@@ -126,28 +132,9 @@ Steps = Generator[_Eval | tuple[Any, ...], Any, Any]
 _ERRORS = (redis.RedisError, RedisClusterException)
 """What redis-py raises (a cluster client's failures to reach any node are not `RedisError`s)."""
 
-_CONFLICT = object()
-"""What one attempt of an update returns when another writer moved the value first."""
-
 
 def _decode(raw: bytes | None, key: str) -> str | None:
-    if raw is None:
-        return None
-    try:
-        return raw.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError as exc:
-        raise StoredDataError(f"the stored value is not UTF-8 text: {exc}", thread_id=key) from exc
-
-
-def _decoded(raw: bytes) -> str | None:
-    try:
-        return raw.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        return None
-
-
-def _ids(raw_ids: list[bytes]) -> list[str]:
-    return [key for key in map(_decoded, raw_ids) if key is not None]
+    return None if raw is None else decode_value(raw, key)
 
 
 def _tag(raw: bytes) -> bytes:
@@ -170,15 +157,11 @@ def _expected(version: Hashable) -> tuple[bytes, int] | None:
     return None
 
 
-def _backoff(attempt: int) -> float:
-    """Seconds to wait before update attempt `attempt + 1` (none for the first few)."""
-    return random.uniform(0, 0.001 * min(attempt, 20)) if attempt > 2 else 0.0
-
-
 class RedisStore(Store):
     """Histories as Redis strings under `prefix` on the server or cluster at `url`."""
 
     kind = "redis"
+    versions = True  # (token, length): see the module's docs
     indexes = True
 
     def __init__(
@@ -264,19 +247,12 @@ class RedisStore(Store):
             tag, part = part[:10], part[10:]
             if tag != _tag(part):
                 return None
-        return _decoded(part)
+        return decode_key(part)
 
     # Connections
 
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except _ERRORS as exc:
-            raise self._failed(exc) from exc
-
-    def _failed(self, exc: Exception) -> StoreError:
-        return StoreError(f"{self._where}: {exc}")
+    def _errors(self) -> AbstractContextManager[None]:
+        return driver_errors(self._where, _ERRORS)
 
     def _sync_client(self) -> Any:
         if self._client is None:
@@ -343,11 +319,7 @@ class RedisStore(Store):
         else:
             recorded = yield _Eval(scripts.SETUP, [self._schema_key, self._index_key], [SCHEMA_VERSION])
         version = SCHEMA_VERSION if recorded is None else self._schema_number(recorded)
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self._where}: keys under {self.prefix!r} have store schema version {version}, newer than "
-                f"this telar-checkpoint knows ({SCHEMA_VERSION}); upgrade telar-checkpoint"
-            )
+        check_schema(f"{self._where}, keys under {self.prefix!r}", version, SCHEMA_VERSION)
         if version < SCHEMA_VERSION:
             if self.cluster:
                 raise StoreError(
@@ -364,7 +336,7 @@ class RedisStore(Store):
             raise StoreError(f"{self._where}: the key {self._schema_key!r} holds {recorded!r}, not a schema version") from None
 
     def _update_steps(self, key: str, change: Change) -> Steps:
-        """One compare-and-set attempt: the new value and its version, or `_CONFLICT`."""
+        """One compare-and-set attempt: the new value and its version, or None when another writer moved it first."""
         raw = encode(key)
         keys = self._thread_keys(raw)
         raw_old, token = yield ("MGET", keys[0], keys[1])
@@ -378,7 +350,7 @@ class RedisStore(Store):
             yield ("ZADD", self._key_set, 0, raw)
         result = yield _Eval(scripts.COMPARE_AND_SET, keys, [*plan, raw, self._term_keys])
         if result is None:
-            return _CONFLICT
+            return None
         if isinstance(result, list):  # deleted
             if self.cluster:
                 yield from self._cleanup_steps(raw, keys, result)
@@ -447,7 +419,7 @@ class RedisStore(Store):
         if limit is not None and limit <= 0:
             return []
         page = () if limit is None else ("LIMIT", 0, limit)
-        return _ids((yield ("ZRANGEBYLEX", sorted_set, start, b"+", *page)))
+        return decoded_keys((yield ("ZRANGEBYLEX", sorted_set, start, b"+", *page)))
 
     def _schema_steps(self) -> Steps:
         return int((yield ("GET", self._schema_key)))
@@ -466,7 +438,7 @@ class RedisStore(Store):
         try:  # not `_errors()`: the saver's fast path, where a context manager's cost shows (A/B: 4 µs a call)
             return _version(self._eval(scripts.VERSION, self._raw_keys_of(key), []))
         except _ERRORS as exc:
-            raise self._failed(exc) from exc
+            raise driver_error(self._where, exc) from exc
 
     def append_if(self, key: str, suffix: str, version: Hashable) -> Version | None:
         expected = _expected(version)
@@ -476,20 +448,20 @@ class RedisStore(Store):
         try:
             length = self._eval(scripts.APPEND_IF, self._raw_keys_of(key), [*expected, encode(suffix), token])
         except _ERRORS as exc:
-            raise self._failed(exc) from exc
+            raise driver_error(self._where, exc) from exc
         return None if length is None else (token, int(length))
 
     def update(self, key: str, change: Change) -> str | None:
         return self.update_versioned(key, change)[0]
 
     def update_versioned(self, key: str, change: Change) -> tuple[str | None, Version | None]:
-        for attempt in range(MAX_ATTEMPTS):
-            result = self._run(self._update_steps(key, change))
-            if result is not _CONFLICT:
-                return result  # type: ignore[no-any-return]  # (a pair, as _update_steps says)
-            if pause := _backoff(attempt):
+        for pause in attempts():
+            if pause:
                 time.sleep(pause)
-        raise StoreError(f"thread {key!r}: gave up after {MAX_ATTEMPTS} conflicting updates on {self._where}")
+            result = self._run(self._update_steps(key, change))
+            if result is not None:
+                return result  # type: ignore[no-any-return]  # (a pair, as _update_steps says)
+        raise gave_up(key, self._where)
 
     def delete(self, key: str) -> None:
         self._run(self._delete_steps(key))
@@ -617,13 +589,13 @@ class RedisStore(Store):
         return (await self.aupdate_versioned(key, change))[0]
 
     async def aupdate_versioned(self, key: str, change: Change) -> tuple[str | None, Version | None]:
-        for attempt in range(MAX_ATTEMPTS):
-            result = await self._arun(self._update_steps(key, change))
-            if result is not _CONFLICT:
-                return result  # type: ignore[no-any-return]
-            if pause := _backoff(attempt):
+        for pause in attempts():
+            if pause:
                 await asyncio.sleep(pause)
-        raise StoreError(f"thread {key!r}: gave up after {MAX_ATTEMPTS} conflicting updates on {self._where}")
+            result = await self._arun(self._update_steps(key, change))
+            if result is not None:
+                return result  # type: ignore[no-any-return]
+        raise gave_up(key, self._where)
 
     async def adelete(self, key: str) -> None:
         await self._arun(self._delete_steps(key))

@@ -12,6 +12,8 @@ import hashlib
 import os
 from typing import Any
 
+from telar_checkpoint.stores.common import encode, extension
+
 
 class Script:
     """A Lua script's source and SHA-1, to run by EVALSHA."""
@@ -150,11 +152,7 @@ def plan(raw_old: bytes | None, token: bytes | None, old: str | None, new: str |
         expected = [token or b"", len(raw_old), "" if token else hashlib.sha1(raw_old).hexdigest()]
     if new is None:
         return [*expected, "del", b"", b""]
-    if old is not None and new.startswith(old):
-        return [*expected, "append", encode(new[len(old) :]), new_token()]
+    suffix = extension(old, new)
+    if suffix is not None:
+        return [*expected, "append", encode(suffix), new_token()]
     return [*expected, "set", encode(new), new_token()]
-
-
-def encode(text: str) -> bytes:
-    """`text` as Redis holds it: UTF-8, lone surrogates kept (``surrogatepass``), so every string maps back."""
-    return text.encode("utf-8", "surrogatepass")

@@ -42,16 +42,15 @@ from collections.abc import Collection, Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from telar_checkpoint.errors import NoStoreError, StoredDataError, StoreError
+from telar_checkpoint.errors import NoStoreError, StoreError
 from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.common import check_schema, decode_key, decode_value, decoded_keys, driver_error, encode, extension
 from telar_checkpoint.stores.group_commit import DeferredAppends, GroupCommit
 
 SCHEMA_VERSION = 3
 """The layout of our tables; 1 and 2 are migrated, a database recording a newer one is refused
 (3 added the index, which a release without it would leave behind when it writes)."""
 
-COMPACT_AT = 256
-"""An update that extends a value held in this many chunks or more rewrites it as one chunk."""
 IDLE_KEPT = 8  # idle connections kept open for the next operations
 
 _SETUP = (
@@ -92,10 +91,6 @@ _DELETE = "DELETE FROM telar_chunks WHERE key = ?"
 _KEYS = "SELECT DISTINCT key FROM telar_chunks"
 
 
-def _encode(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
-
-
 class _Connection(sqlite3.Connection):
     """A connection that remembers its ``synchronous`` setting, to switch it only when needed."""
 
@@ -109,17 +104,13 @@ class _Connection(sqlite3.Connection):
             self.synchronous = synchronous
 
 
-def _decode(raw: bytes, key: str) -> str:
-    try:
-        return raw.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError as exc:
-        raise StoredDataError(f"the stored value is not UTF-8 text: {exc}", thread_id=key) from exc
-
-
 class SQLiteStore(DeferredAppends, Store):
     """Histories as chunks in ``telar_chunks`` of the database file at `path` (see the module docs)."""
 
     kind = "sqlite"
+    versions = True  # the largest seq of a key's chunks
+    deferred_appends = True  # commits share one fsync of the WAL, in `flush`
+    indexes = True  # ``telar_terms``
 
     def __init__(
         self,
@@ -135,6 +126,7 @@ class SQLiteStore(DeferredAppends, Store):
         `create`: False opens only a database that already holds our tables,
         changing nothing (NoStoreError otherwise, naming another tool's database)."""
         self.path = Path(path)
+        self._where = f"SQLite database {self.path}"
         self.create = create
         self.timeout = timeout
         self.fsync = fsync
@@ -245,11 +237,7 @@ class SQLiteStore(DeferredAppends, Store):
                         conn.execute(statement)
                     if fresh and conn.execute(_EMPTY).fetchone()[0]:  # a new database: nothing to index
                         conn.execute(_SET_INDEX_READY)
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"SQLite database {self.path} has store schema version {version}, newer than this "
-                f"telar-checkpoint knows ({SCHEMA_VERSION}); upgrade telar-checkpoint"
-            )
+        check_schema(self._where, version, SCHEMA_VERSION)
         self._ready = True
 
     def schema_version(self) -> int:
@@ -273,9 +261,9 @@ class SQLiteStore(DeferredAppends, Store):
         try:
             yield
         except sqlite3.Error as exc:
-            raise StoreError(f"SQLite database {self.path}: {exc}") from exc
+            raise driver_error(self._where, exc) from exc
         except OSError as exc:
-            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open {self._where}: {exc}") from exc
 
     def _refuse_if_forked_mid_write(self) -> None:
         """A child forked while its parent was writing this database cannot write it: SQLite keeps
@@ -301,25 +289,25 @@ class SQLiteStore(DeferredAppends, Store):
 
     def read(self, key: str) -> str | None:
         with self._connection() as conn:
-            rows = conn.execute(_READ, (_encode(key),)).fetchall()
+            rows = conn.execute(_READ, (encode(key),)).fetchall()
         return _joined(rows, key)[0]
 
     def version(self, key: str) -> int | None:
         """The largest ``seq`` of the key's chunks: every write inserts a chunk, and seqs are never reused."""
         with self._connection() as conn:
-            return conn.execute(_LATEST, (_encode(key),)).fetchone()[0]
+            return conn.execute(_LATEST, (encode(key),)).fetchone()[0]
 
     def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> int | None:
         if not isinstance(version, int):
             return None
-        raw_key = _encode(key)
+        raw_key = encode(key)
         self._refuse_if_forked_mid_write()
         with self._connection() as conn, self._commit_lock:
             durable = self.fsync and not batch and not self._commits.pending
             conn.use("FULL" if durable else "NORMAL")
             conn.writing = True
             try:
-                cursor = conn.execute(_APPEND_IF, (raw_key, _encode(suffix), raw_key, version))
+                cursor = conn.execute(_APPEND_IF, (raw_key, encode(suffix), raw_key, version))
             finally:
                 conn.writing = False
             if cursor.rowcount != 1:
@@ -362,7 +350,7 @@ class SQLiteStore(DeferredAppends, Store):
         return self.update_versioned(key, change)[0]
 
     def update_versioned(self, key: str, change: Change) -> tuple[str | None, int | None]:
-        raw_key = _encode(key)
+        raw_key = encode(key)
         with self._commit() as conn:
             with self._transaction(conn):
                 rows = conn.execute(_READ, (raw_key,)).fetchall()
@@ -375,35 +363,34 @@ class SQLiteStore(DeferredAppends, Store):
                     return None, None
                 if new == old:
                     return new, version
-                if old is not None and new.startswith(old) and len(rows) < COMPACT_AT:
-                    return new, conn.execute(_INSERT, (raw_key, _encode(new[len(old) :]))).lastrowid
+                suffix = extension(old, new, len(rows))
+                if suffix is not None:
+                    return new, conn.execute(_INSERT, (raw_key, encode(suffix))).lastrowid
                 if old is not None:
                     conn.execute(_DELETE, (raw_key,))
-                return new, conn.execute(_INSERT, (raw_key, _encode(new))).lastrowid
+                return new, conn.execute(_INSERT, (raw_key, encode(new))).lastrowid
 
     def delete(self, key: str) -> None:
         with self._commit() as conn, self._transaction(conn):
-            conn.execute(_DELETE, (_encode(key),))
-            conn.execute(_DROP_TERMS, (_encode(key),))
+            conn.execute(_DELETE, (encode(key),))
+            conn.execute(_DROP_TERMS, (encode(key),))
 
     # The index (see the module docs)
 
-    indexes = True
-
     def index(self, key: str, terms: Collection[str]) -> None:
-        raw_key = _encode(key)
+        raw_key = encode(key)
         with self._index_commit() as conn:
-            conn.executemany(_ADD_TERM, [(_encode(term), raw_key) for term in terms])
+            conn.executemany(_ADD_TERM, [(encode(term), raw_key) for term in terms])
 
     def unindex(self, key: str, terms: Collection[str]) -> None:
-        raw_key = _encode(key)
+        raw_key = encode(key)
         with self._index_commit() as conn:
-            conn.executemany(_DROP_TERM, [(_encode(term), raw_key) for term in terms])
+            conn.executemany(_DROP_TERM, [(encode(term), raw_key) for term in terms])
 
     def indexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
-        params = (_encode(term), b"" if start is None else _encode(start), -1 if limit is None else limit)
+        params = (encode(term), b"" if start is None else encode(start), -1 if limit is None else limit)
         with self._connection() as conn:
-            return _decoded_keys(conn.execute(_INDEXED, params).fetchall())
+            return decoded_keys(row[0] for row in conn.execute(_INDEXED, params).fetchall())
 
     def index_ready(self) -> bool:
         with self._connection() as conn:
@@ -414,10 +401,10 @@ class SQLiteStore(DeferredAppends, Store):
             conn.execute(_SET_INDEX_READY)
 
     def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
-        query, start = (_KEYS_FROM, b"") if after is None else (_KEYS_AFTER, _encode(after))
+        query, start = (_KEYS_FROM, b"") if after is None else (_KEYS_AFTER, encode(after))
         with self._connection() as conn:
             rows = conn.execute(query, (start, -1 if limit is None else limit)).fetchall()
-        return _decoded_keys(rows)
+        return decoded_keys(row[0] for row in rows)
 
     @contextmanager
     def _index_commit(self) -> Iterator[_Connection]:
@@ -433,17 +420,11 @@ class SQLiteStore(DeferredAppends, Store):
             return [row[0] for row in conn.execute(_KEYS)]
 
     def keys(self) -> Iterator[str]:
-        return iter(_decoded_keys([(raw,) for raw in self._raw_keys()]))
+        return iter(decoded_keys(self._raw_keys()))
 
     def foreign(self) -> list[str]:
         """Rows whose key is not UTF-8 text (so not written by us), shown as hex."""
-        found = []
-        for raw in self._raw_keys():
-            try:
-                raw.decode("utf-8", "surrogatepass")
-            except UnicodeDecodeError:
-                found.append(f"telar_chunks key x'{raw.hex()}'")
-        return sorted(found)
+        return sorted(f"telar_chunks key x'{raw.hex()}'" for raw in self._raw_keys() if decode_key(raw) is None)
 
 
 _OPEN_STORES: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
@@ -472,19 +453,8 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
     return str(exc) in ("database is locked", "database table is locked")
 
 
-def _decoded_keys(rows: list[tuple[bytes]]) -> list[str]:
-    """The keys in `rows` that are UTF-8 text (another tool's rows are not ours to list)."""
-    keys = []
-    for (raw,) in rows:
-        try:
-            keys.append(raw.decode("utf-8", "surrogatepass"))
-        except UnicodeDecodeError:
-            continue
-    return keys
-
-
 def _joined(rows: list[tuple[int, bytes]], key: str) -> tuple[str | None, int | None]:
     """The value held in `rows` (chunks in seq order) and its version; (None, None) when there are none."""
     if not rows:
         return None, None
-    return _decode(b"".join(row[1] for row in rows), key), rows[-1][0]
+    return decode_value(b"".join(row[1] for row in rows), key), rows[-1][0]
