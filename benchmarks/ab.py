@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -74,32 +75,42 @@ def run_once(experiment: str, store: str, settings: Settings) -> dict[str, Any]:
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    noise = [r["noise"] for r in runs]
+    """The verdict: B slower than both A and A' in every run, so the setting A ships with
+    pays ("as shipped"); B faster than both in every run, so switching pays ("switch");
+    else the difference is within the noise ("noise")."""
     effect = [r["effect"] for r in runs]
-    widest = max(abs(n - 1) for n in noise)
+    noise = [r["noise"] for r in runs]
+    ms = [r["overhead_ms"] for r in runs]
+    if all(m["B"] > max(m["A"], m["A'"]) for m in ms):
+        verdict = "as shipped"
+    elif all(m["B"] < min(m["A"], m["A'"]) for m in ms):
+        verdict = "switch"
+    else:
+        verdict = "noise"
     return {
         "B": runs[0]["B"],
         "effect_median": statistics.median(effect),
         "effect_range": [min(effect), max(effect)],
         "noise_range": [min(noise), max(noise)],
-        "pays": all(e > 1 + widest for e in effect),
+        "verdict": verdict,
     }
 
 
 def markdown(experiment: str, doc: str, results: dict[str, Any], settings: Settings) -> str:
     lines = [f"## {experiment}", "", doc.strip().replace("\n    ", " "), "",
              f"{settings.turns} turns of the agent loop a run, {len(next(iter(results.values()))['runs'])} runs a store; "
-             "per-invoke overhead median in ms. B/A > 1: B is slower, so the machinery A has pays; "
-             "A'/A is the noise of the run.", "",
-             "| store | B is | A | A' | B | A'/A | B/A | pays |", "|---|---|---|---|---|---|---|---|"]
+             "per-invoke overhead median in ms. A'/A is the noise of the run, B/A the effect. Verdict: *as shipped* "
+             "when B is slower than both A and A' in every run (the setting A ships with pays), *switch* when B is faster "
+             "than both in every run, else *noise*.", "",
+             "| store | B is | A | A' | B | A'/A | B/A | verdict |", "|---|---|---|---|---|---|---|---|"]
     for store, result in results.items():
         for run in result["runs"]:
             a, a2, b = (run["overhead_ms"][name] for name in ("A", "A'", "B"))
             lines.append(f"| {store} | {run['B']} | {a:.2f} | {a2:.2f} | {b:.2f} | {run['noise']:.3f} | {run['effect']:.3f} | |")
-        s = result["summary"]
+        s = summarize(result["runs"])
         lines.append(f"| **{store}** | | | | | {s['noise_range'][0]:.3f}-{s['noise_range'][1]:.3f} "
                      f"| **{s['effect_median']:.3f}** ({s['effect_range'][0]:.3f}-{s['effect_range'][1]:.3f}) "
-                     f"| **{'yes' if s['pays'] else 'no'}** |")
+                     f"| **{s['verdict']}** |")
     return "\n".join(lines) + "\n"
 
 
@@ -128,11 +139,13 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     stored_path = args.out / "ab.json"
     stored = json.loads(stored_path.read_text()) if stored_path.exists() else {}
-    stored[args.experiment] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "turns": args.turns, "results": results,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent)
+    stored[args.experiment] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": commit.stdout.strip(), "turns": args.turns,
+                               "results": results,
                                "markdown": markdown(args.experiment, EXPERIMENTS[args.experiment].__doc__ or "", results, settings)}
     stored_path.write_text(json.dumps(stored, indent=1) + "\n")
     report = ["# Machinery A/B (benchmarks/ab.py)", ""]
-    report += [f"{entry['markdown']}\n_run {entry['date']}_\n" for entry in stored.values()]
+    report += [f"{entry['markdown']}\n_run {entry['date']} at commit {entry.get('commit', '?')}_\n" for entry in stored.values()]
     (args.out / "ab.md").write_text("\n".join(report))
     print(stored[args.experiment]["markdown"])
 
