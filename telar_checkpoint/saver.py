@@ -272,15 +272,15 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         for the disk on its own, so the next one can append meanwhile. Pending writes
         may linger (see `Lingers`): LangGraph puts the step's checkpoint right after
         them, so they wait, as a `Batch`, for that put to append them with its own line
-        in one store write. A write with writers queued behind it is appended as part of
-        a batch for the store's group commit (`batch`), which one flush makes durable."""
+        in one store write. The store's group commit makes appends durable: one flush
+        serves every writer whose append came before it."""
         turns = self._writers.sync(thread_id)
         with turns:
             linger = self._lingers.wrote(thread_id, writes=writes)
             joined = self._join(turns, thread_id, make_edit, change) if linger else None
             if joined is None:
                 carried, lines = self._take(turns, thread_id, make_edit)
-                appended = run(self._store_steps(thread_id, carried, lines, change, batch=bool(turns.waiting), terms=terms))
+                appended = run(self._store_steps(thread_id, carried, lines, change, terms=terms))
         if joined is None:
             run(self._flush_steps(thread_id, carried, appended))
             return
@@ -290,14 +290,14 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 mine = turns.batches.get(thread_id) is joined  # nobody came: write it ourselves
                 if mine:
                     carried, lines = self._take(turns, thread_id, None)
-                    appended = run(self._store_steps(thread_id, carried, lines, None, batch=bool(turns.waiting)))
+                    appended = run(self._store_steps(thread_id, carried, lines, None))
             if mine:
                 run(self._flush_steps(thread_id, carried, appended))
             done.wait()
         joined.result()
 
     def _store_steps(
-        self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, batch: bool, terms: set[str] | None = None
+        self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, terms: set[str] | None = None
     ) -> Steps[bool]:
         """Append `lines` if the store is at their version, else update whole; whether it
         appended (and so needs a flush, see `_flush_steps`). A failure fails the carried batch too.
@@ -315,7 +315,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                     return False
                 new_version = None
                 if suffix:
-                    new_version = yield call(self.store, "append_if_deferred", thread_id, suffix, version, batch=batch)
+                    new_version = yield call(self.store, "append_if_deferred", thread_id, suffix, version)
                 if new_version is not None:
                     self._histories.keep(thread_id, new_version, history)
                     return True
@@ -340,7 +340,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             joined = self._join(turns, thread_id, make_edit, change) if linger else None
             if joined is None:
                 carried, lines = self._take(turns, thread_id, make_edit)
-                appended = await arun(self._store_steps(thread_id, carried, lines, change, batch=bool(turns.waiting), terms=terms))
+                appended = await arun(self._store_steps(thread_id, carried, lines, change, terms=terms))
         if joined is None:
             await arun(self._flush_steps(thread_id, carried, appended))
             return
@@ -352,7 +352,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 mine = turns.batches.get(thread_id) is joined
                 if mine:
                     carried, lines = self._take(turns, thread_id, None)
-                    appended = await arun(self._store_steps(thread_id, carried, lines, None, batch=bool(turns.waiting)))
+                    appended = await arun(self._store_steps(thread_id, carried, lines, None))
             if mine:
                 await arun(self._flush_steps(thread_id, carried, appended))
             await adone.wait()

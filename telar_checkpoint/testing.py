@@ -768,7 +768,7 @@ class StoreMachine(RuleBasedStateMachine):
             version = next((v for v in reversed(self.seen.get(key, [])) if v != current), ("not", "a", "version"))
         try:
             if deferred:
-                moved = self.store.append_if_deferred(key, suffix, version, batch=True)
+                moved = self.store.append_if_deferred(key, suffix, version)
                 self.store.flush(key)
             else:
                 moved = self.store.append_if(key, suffix, version)

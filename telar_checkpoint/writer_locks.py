@@ -40,7 +40,7 @@ def stripe(thread_id: str, stripes: int) -> int:
 
 class WriterLocks:
     """A `threading.Lock` per stripe for sync writers, and an `asyncio.Lock` per stripe and
-    event loop; each counts the writers waiting for it (`waiting`). A forked child starts
+    event loop (`Turns`, `AsyncTurns`). A forked child starts
     afresh, seen by its pid as the stores see it: the parent's writers, their turns and their
     batches are not the child's. (Two of the child's threads that both start afresh at once
     take turns apart for a moment, which costs a retry, never a write: the store's
@@ -119,14 +119,11 @@ def carrying(batch: Batch | None, *, finish: bool = False) -> Iterator[None]:
 
 
 class Turns:
-    """A lock that counts the writers waiting for it: a writer that sees others queued
-    behind it can leave its fsync to the group commit that will serve them all.
-    `batches` holds each thread's `Batch` waiting for a writer (used under the lock)."""
+    """The lock sync writers of a stripe take in turn; `batches` holds each thread's `Batch`
+    waiting for a writer (used under the lock)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._count = threading.Lock()
-        self.waiting = 0  # writers that want the lock and do not hold it yet
         self.batches: dict[str, Batch] = {}
 
     @staticmethod
@@ -134,13 +131,7 @@ class Turns:
         return threading.Event()
 
     def __enter__(self) -> Turns:
-        with self._count:
-            self.waiting += 1
-        try:
-            self._lock.acquire()
-        finally:
-            with self._count:
-                self.waiting -= 1
+        self._lock.acquire()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -151,11 +142,10 @@ class Turns:
 
 
 class AsyncTurns:
-    """`Turns` for coroutines of one event loop (which need no lock to count)."""
+    """`Turns` for coroutines of one event loop."""
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
-        self.waiting = 0
         self.batches: dict[str, Batch] = {}
 
     @staticmethod
@@ -163,11 +153,7 @@ class AsyncTurns:
         return asyncio.Event()
 
     async def __aenter__(self) -> AsyncTurns:
-        self.waiting += 1
-        try:
-            await self._lock.acquire()
-        finally:
-            self.waiting -= 1
+        await self._lock.acquire()
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -71,8 +71,8 @@ def test_scale_quick_run_times_every_operation_on_memory_and_sqlite(tmp_path: Pa
 def test_ab_runs_an_experiment_with_its_control(tmp_path: Path) -> None:
     from benchmarks import ab
 
-    ab.main(["lone-durable-append", "--stores", "memory,file", "--runs", "2", "--turns", "2", "--out", str(tmp_path)])
-    stored = json.loads((tmp_path / "ab.json").read_text())["lone-durable-append"]
+    ab.main(["linger", "--stores", "memory,file", "--runs", "2", "--turns", "2", "--out", str(tmp_path)])
+    stored = json.loads((tmp_path / "ab.json").read_text())["linger"]
     for store in ("memory", "file"):
         result = stored["results"][store]
         assert len(result["runs"]) == 2
@@ -80,4 +80,4 @@ def test_ab_runs_an_experiment_with_its_control(tmp_path: Path) -> None:
             assert all(_number(run["overhead_ms"][name]) for name in ("A", "A'", "B"))
             assert _number(run["noise"]) and _number(run["effect"])
         assert result["summary"]["verdict"] in ("as shipped", "switch", "noise")
-    assert "## lone-durable-append" in (tmp_path / "ab.md").read_text()
+    assert "## linger" in (tmp_path / "ab.md").read_text()

@@ -4,7 +4,6 @@ append syncs itself, a batch shares one fsync; a hand edit between writes is see
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import threading
@@ -138,71 +137,23 @@ def test_a_hand_edit_between_writes_is_seen_by_the_next_write(tmp_path: Path, ed
     store.close()
 
 
-def test_a_lone_append_is_synced_as_it_is_written_and_a_batch_by_one_flush(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_appends_are_made_durable_by_one_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append returns before its fsync; one flush serves every append made before it (group
+    commit), and a flush with nothing pending syncs nothing."""
     fsyncs: list[int] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
     store = FileStore(tmp_path)
     version = store.update_versioned("t", lambda old: "a\n")[1]
     fsyncs.clear()
-
     version = store.append_if_deferred("t", "b\n", version)
+    version = store.append_if_deferred("t", "c\n", version)
     handle = store._handles["t"]
-    assert not handle.commits.pending  # durable already (RWF_DSYNC, or write then fsync)
+    assert handle.commits.pending and fsyncs == []
     store.flush("t")
-    assert len(fsyncs) == (0 if hasattr(os, "RWF_DSYNC") else 1)
-
-    fsyncs.clear()
-    version = store.append_if_deferred("t", "c\n", version, batch=True)
-    version = store.append_if_deferred("t", "d\n", version, batch=True)
-    assert handle.commits.pending
+    assert len(fsyncs) == 1 and not handle.commits.pending
     store.flush("t")
-    assert len(fsyncs) == 1 and not handle.commits.pending  # one fsync for the batch
+    assert len(fsyncs) == 1
+    assert store.append_if("t", "d\n", version) is not None and len(fsyncs) == 2  # append_if: append, then flush
     assert store.read("t") == "a\nb\nc\nd\n"
-    store.close()
-
-
-def test_a_write_after_a_pending_one_joins_its_group_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A lone write must not sync itself alone while an earlier write waits for an fsync:
-    that would sync its own bytes only, and leave the earlier ones for another fsync."""
-    fsyncs: list[int] = []
-    real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
-    store = FileStore(tmp_path)
-    version = store.update_versioned("t", lambda old: "a\n")[1]
-    version = store.append_if_deferred("t", "b\n", version, batch=True)
-    fsyncs.clear()
-    version = store.append_if_deferred("t", "c\n", version)  # not a batch, but b is pending
-    store.flush("t")
-    assert len(fsyncs) == 1 and not store._handles["t"].commits.pending
-    store.close()
-
-
-def test_a_kernel_without_self_syncing_writes_gets_write_then_fsync(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Before Linux 4.7, pwritev refuses RWF_DSYNC: the lone append then writes and fsyncs,
-    and later ones do so without trying again."""
-    from telar_checkpoint.stores import file_handle
-
-    monkeypatch.setitem(file_handle.DSYNC, "flag", getattr(os, "RWF_DSYNC", 1))
-    tries: list[int] = []
-
-    def refuse(*_args: object) -> int:
-        tries.append(1)
-        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
-
-    fsyncs: list[int] = []
-    real_fsync = os.fsync
-    monkeypatch.setattr(os, "pwritev", refuse, raising=False)
-    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
-    store = FileStore(tmp_path)
-    version = store.update_versioned("t", lambda old: "a\n")[1]
-    fsyncs.clear()
-    version = store.append_if("t", "b\n", version)
-    version = store.append_if("t", "c\n", version)
-    assert version is not None and store.read("t") == "a\nb\nc\n"
-    assert tries == [1] and len(fsyncs) == 2 and not store._handles["t"].commits.pending
     store.close()

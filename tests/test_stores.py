@@ -144,7 +144,7 @@ def test_a_sqlite_child_forked_while_its_parent_syncs_does_not_inherit_the_locks
         code = 1
         try:
             version = store.update_versioned("t", append("child\n"))[1]
-            store.append_if_deferred("t", "again\n", version, batch=True)
+            store.append_if_deferred("t", "again\n", version)
             store.flush("t")
             code = 0
         finally:
@@ -156,9 +156,8 @@ def test_a_sqlite_child_forked_while_its_parent_syncs_does_not_inherit_the_locks
     store.close()
 
 
-def test_sqlite_lone_appends_commit_synced_and_batches_share_one_fsync(tmp_path: Path) -> None:
-    """A lone append syncs the WAL in its own commit (synchronous=FULL): no separate fsync.
-    Appends that come together commit unsynced, and one flush of the WAL serves them all."""
+def test_sqlite_appends_commit_unsynced_and_share_one_fsync_of_the_wal(tmp_path: Path) -> None:
+    """Commits run with synchronous=NORMAL; one flush of the WAL serves every commit before it."""
     store = SQLiteStore(tmp_path / "db.sqlite")
     syncs: list[int] = []
     sync_wal = store._sync_wal
@@ -166,16 +165,13 @@ def test_sqlite_lone_appends_commit_synced_and_batches_share_one_fsync(tmp_path:
     version = store.update_versioned("t", lambda old: "a\n")[1]
     assert len(syncs) == 1  # an update: a NORMAL commit, then the WAL's fsync
     version = store.append_if_deferred("t", "b\n", version)
+    version = store.append_if_deferred("t", "c\n", version)
     with store._connection() as conn:
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-    store.flush("t")
-    assert len(syncs) == 1 and not store._commits.pending
-    version = store.append_if_deferred("t", "c\n", version, batch=True)
-    version = store.append_if_deferred("t", "d\n", version)  # one is pending before it: unsynced too
-    assert store._commits.pending
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert store._commits.pending and len(syncs) == 1
     store.flush("t")
     assert len(syncs) == 2 and not store._commits.pending
-    assert store.read("t") == "a\nb\nc\nd\n"
+    assert store.read("t") == "a\nb\nc\n"
     store.close()
 
 

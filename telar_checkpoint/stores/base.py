@@ -41,12 +41,11 @@ class Store(ABC):
     #: one, the saver scans every key.
     indexes: bool = False
 
-    #: Whether a write costs enough (a round trip to a server) that a saver's pending writes
-    #: should wait up to 2 ms for the step's put to carry them in the same write (see
-    #: `writer_locks.Lingers`). Measured on the benchmarks' agent loop (100 turns, a saver that
-    #: lingers and one that does not, interleaved, 4 runs): Postgres 1.0 to 3.1 ms an invoke
-    #: faster with it; file, SQLite and Redis within noise (-1.5 to +1.0 ms); the memory store
-    #: 0.8 to 1.5 ms slower.
+    #: Whether a write costs enough (an fsync, a round trip to a server) that a saver's pending
+    #: writes should wait up to 2 ms for the step's put to carry them in the same write (see
+    #: `writer_locks.Lingers`). Measured with `benchmarks/ab.py linger` (the agent loop, 100
+    #: turns, A/A'/B interleaved, 4 runs; benchmarks/results/ab.md): with it, an invoke is 7%
+    #: faster on file, SQLite and Redis and 4-8% on Postgres, in every run, beyond the A/A noise.
     carry_writes: bool = False
 
     @abstractmethod
@@ -84,12 +83,10 @@ class Store(ABC):
         """Append `suffix` if `key` is still at `version`; the new version, or None if it moved."""
         return None
 
-    def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> Hashable | None:
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
         """`append_if`, but it may return before the suffix is durable: call `flush` before
-        acknowledging it. Lets the next writer append while this one waits for the disk.
-        `batch`: more writes of `key` follow at once, so leave durability to `flush`, which
-        then serves them all (a store may otherwise make a lone write durable right away,
-        when that is cheaper)."""
+        acknowledging it. Lets the next writer append while this one waits for the disk,
+        and one `flush` serve them all."""
         return self.append_if(key, suffix, version)
 
     def flush(self, key: str) -> None:
@@ -170,10 +167,10 @@ class Store(ABC):
     async def aappend_if(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
         return await asyncio.to_thread(self.append_if, key, suffix, version) if self.versions else None
 
-    async def aappend_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> Hashable | None:
+    async def aappend_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
         if not self.deferred_appends:
             return await self.aappend_if(key, suffix, version)
-        return await asyncio.to_thread(self.append_if_deferred, key, suffix, version, batch=batch)
+        return await asyncio.to_thread(self.append_if_deferred, key, suffix, version)
 
     async def aflush(self, key: str) -> None:
         if self.deferred_appends:

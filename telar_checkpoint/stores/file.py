@@ -4,8 +4,9 @@ Any thread id maps to a safe, reversible file name that stays distinct on file
 systems that ignore case (`file_names`). Only regular files are read or written
 there, and no link is followed (`file_access`): anything else at a history's
 path is foreign, reported and never touched. A write that extends the file is
-an append, durable when acknowledged: a lone one syncs itself as it writes
-(``RWF_DSYNC``), a batch shares one ``fsync``; any other write goes to a
+an append, durable when acknowledged: appends share one ``fsync`` (group commit;
+a lone append that syncs itself with ``RWF_DSYNC`` measured within noise,
+benchmarks/results/ab.md); any other write goes to a
 temporary file in ``.tmp`` that is fsynced and renamed over the old one (the
 temporary files of writers that were killed are removed by the next rewrite).
 Writers of one thread, in threads or in processes, are serialized by ``flock``
@@ -105,6 +106,7 @@ class FileStore(DeferredAppends, Store):
     versions = True  # a file's signature (see `file_handle.signature_of`)
     deferred_appends = True  # a batch of appends shares one fsync, in `flush`
     indexes = True  # in an SQLite database beside the files (see `file_index`)
+    carry_writes = True  # a write waits for an fsync (see `Store.carry_writes`, measured)
 
     def __init__(
         self,
@@ -399,14 +401,14 @@ class FileStore(DeferredAppends, Store):
         finally:
             os.close(source_dir)
 
-    def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> Signature | None:
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> Signature | None:
         if version is None:
             return None
         with self._errors("appending to", key), self._locked(key) as (handle, st):
             if st is None or signature_of(st) != version:
                 return None
             self._texts.pop(key, None)
-            appended = self._append(handle, suffix, batch=batch)
+            appended = self._append(handle, suffix)
             return None if appended is None else appended[1]
 
     def flush(self, key: str) -> None:
@@ -447,18 +449,14 @@ class FileStore(DeferredAppends, Store):
         finally:
             os.close(dir_fd)
 
-    def _append(self, handle: Handle, text: str, *, batch: bool = False) -> tuple[int, Signature] | None:
+    def _append(self, handle: Handle, text: str) -> tuple[int, Signature] | None:
         """Append to the locked file: the ticket to pass to `_sync` once the lock is released,
         and the file's signature; None when another hand had changed the file (nothing is
-        appended then). A lone write (not part of a `batch`, and none waiting for an fsync)
-        makes itself durable as it writes: one system call instead of two, and the lock it
-        holds meanwhile keeps nobody waiting."""
-        data = encode(text)
-        durable = self.fsync and not batch and not handle.commits.pending
-        signature = handle.append(data, durable=durable)
+        appended then)."""
+        signature = handle.append(encode(text))
         if signature is None:
             return None
-        return (handle.commits.wrote_durable() if durable else handle.commits.wrote()), signature
+        return handle.commits.wrote(), signature
 
     def _sync(self, handle: Handle, ticket: int) -> None:
         """Return once append `ticket` is on disk: one fsync serves every append made before it."""

@@ -6,7 +6,6 @@ thread's writers in every process, a write at a time. See `Handle`.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import threading
@@ -14,8 +13,6 @@ import threading
 from telar_checkpoint.stores.file_access import open_regular
 from telar_checkpoint.stores.file_locks import flock_within
 from telar_checkpoint.stores.group_commit import GroupCommit
-
-DSYNC = {"flag": getattr(os, "RWF_DSYNC", 0) if hasattr(os, "pwritev") else 0}  # Linux 4.7+: a write that syncs itself
 
 Signature = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
 
@@ -78,16 +75,15 @@ class Handle:
             self.st = None
             fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
 
-    def append(self, data: bytes, *, durable: bool = False) -> Signature | None:
-        """Append `data` to the locked file, `durable` on disk when this returns (data and
-        size, as fdatasync, in the same system call where the platform allows); the file's
-        signature after it. None, with nothing appended, when the file turns out to have
+    def append(self, data: bytes) -> Signature | None:
+        """Append `data` to the locked file (durable once `sync` runs); the file's signature
+        after it. None, with nothing appended, when the file turns out to have
         been changed by another hand since this handle last saw it (a person or a tool
         that takes no lock: no store can, while the lock is held): the caller looks again."""
         assert self.fd is not None and self.st is not None
         expected = self.st.st_size + len(data)
         try:
-            self._write(data, durable)
+            self._write(data)
         except OSError:  # a full disk, an I/O error: take back what part of it was written
             try:
                 os.ftruncate(self.fd, self.st.st_size)
@@ -104,22 +100,11 @@ class Handle:
         self.release()  # (an unlinked file is replaced or removed: the path is looked up again)
         return None
 
-    def _write(self, data: bytes, durable: bool) -> None:
+    def _write(self, data: bytes) -> None:
         assert self.fd is not None
         view = memoryview(data)
-        dsync = DSYNC["flag"] if durable else 0
         while view:
-            if dsync:
-                try:
-                    view = view[os.pwritev(self.fd, [view], -1, dsync) :]
-                    continue
-                except OSError as exc:  # an older kernel: nothing written; write, then fsync
-                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                        raise
-                    DSYNC["flag"] = dsync = 0
             view = view[os.write(self.fd, view) :]
-        if durable and not dsync:
-            os.fsync(self.fd)
 
     def sync(self) -> None:
         """fsync the history file (under the commits' `sync_lock`, which `close` takes too).

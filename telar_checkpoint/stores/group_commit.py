@@ -29,13 +29,6 @@ class GroupCommit:
         self.written += 1
         return self.written
 
-    def wrote_durable(self) -> int:
-        """Count a write that made itself durable, made while none was `pending` (so no fsync
-        is running either, and every write so far is now on disk); its ticket."""
-        self.written += 1
-        self.synced = self.written
-        return self.written
-
     def flush(self, ticket: int, sync: Callable[[], None]) -> None:
         """Return once write `ticket` is durable, calling `sync` (an fsync) if no other did."""
         if self.synced >= ticket:
@@ -52,7 +45,7 @@ class DeferredAppends:
     """For a store whose appends become durable in `flush` (its `append_if_deferred` and
     `flush` do the work): `append_if` is the one, then the other."""
 
-    def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> Hashable | None:
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
         raise NotImplementedError
 
     def flush(self, key: str) -> None:

@@ -106,7 +106,7 @@ class PostgresStore(Store):
     kind = "postgres"
     versions = True  # drawn from the sequence ``{prefix}versions``
     indexes = True  # ``{prefix}terms``
-    carry_writes = True  # a write is a round trip (see `Store.carry_writes`)
+    carry_writes = True  # a write is a round trip (see `Store.carry_writes`, measured)
 
     def __init__(
         self,

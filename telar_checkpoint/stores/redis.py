@@ -163,6 +163,7 @@ class RedisStore(Store):
     kind = "redis"
     versions = True  # (token, length): see the module's docs
     indexes = True
+    carry_writes = True  # a write is a round trip (see `Store.carry_writes`, measured)
 
     def __init__(
         self,

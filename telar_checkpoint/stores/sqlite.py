@@ -4,13 +4,14 @@ The database runs in WAL mode, so readers never wait for a writer. Each
 update is a ``BEGIN IMMEDIATE`` transaction (writers queue on SQLite's lock,
 across threads and processes, for up to `timeout` seconds) that is rolled back
 on any exception. Connections are lent to one operation at a time (a process
-after a fork opens its own). A lone append commits with ``synchronous=FULL``,
-which syncs the WAL as part of the commit. Other commits (writers queued
-behind each other, updates) run with ``synchronous=NORMAL`` and the store then
-fsyncs the WAL file itself, once for every commit made before it began (group
-commit, see `stores.group_commit`). Either way a write is durable when it
-returns. The store's commits and their counting take turns under one lock, so
-a sync that covers the WAL covers every commit counted before it. Keys and values are stored as the exact UTF-8 bytes of the string
+after a fork opens its own). Commits run with ``synchronous=NORMAL`` and the
+store then fsyncs the WAL file itself, once for every commit made before it
+began (group commit, see `stores.group_commit`), so a write is durable when it
+returns. (A lone append that commits with ``synchronous=FULL`` instead, syncing
+the WAL in its commit, measured within noise: benchmarks/results/ab.md,
+"lone-durable-append".) The store's commits and their counting take turns under
+one lock, so a sync that covers the WAL covers every commit counted before it.
+Keys and values are stored as the exact UTF-8 bytes of the string
 (``surrogatepass``), keys as BLOBs and values as TEXT, so any Python string
 round-trips.
 
@@ -92,16 +93,10 @@ _KEYS = "SELECT DISTINCT key FROM telar_chunks"
 
 
 class _Connection(sqlite3.Connection):
-    """A connection that remembers its ``synchronous`` setting, to switch it only when needed."""
+    """A connection that says whether it runs a write statement outside a transaction (an
+    append), for a forked child to tell whether a write was under way."""
 
-    synchronous = "NORMAL"  # as `_connect` sets it
-    writing = False  # running a write statement outside a transaction (an append)
-
-    def use(self, synchronous: str) -> None:
-        """Commit with ``synchronous`` "FULL" (the commit syncs the WAL) or "NORMAL" (it does not)."""
-        if self.synchronous != synchronous:
-            self.execute(f"PRAGMA synchronous = {synchronous}")
-            self.synchronous = synchronous
+    writing = False
 
 
 class SQLiteStore(DeferredAppends, Store):
@@ -111,6 +106,7 @@ class SQLiteStore(DeferredAppends, Store):
     versions = True  # the largest seq of a key's chunks
     deferred_appends = True  # commits share one fsync of the WAL, in `flush`
     indexes = True  # ``telar_terms``
+    carry_writes = True  # a write waits for an fsync of the WAL (see `Store.carry_writes`, measured)
 
     def __init__(
         self,
@@ -297,14 +293,12 @@ class SQLiteStore(DeferredAppends, Store):
         with self._connection() as conn:
             return conn.execute(_LATEST, (encode(key),)).fetchone()[0]
 
-    def append_if_deferred(self, key: str, suffix: str, version: Hashable, *, batch: bool = False) -> int | None:
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> int | None:
         if not isinstance(version, int):
             return None
         raw_key = encode(key)
         self._refuse_if_forked_mid_write()
         with self._connection() as conn, self._commit_lock:
-            durable = self.fsync and not batch and not self._commits.pending
-            conn.use("FULL" if durable else "NORMAL")
             conn.writing = True
             try:
                 cursor = conn.execute(_APPEND_IF, (raw_key, encode(suffix), raw_key, version))
@@ -312,10 +306,7 @@ class SQLiteStore(DeferredAppends, Store):
                 conn.writing = False
             if cursor.rowcount != 1:
                 return None
-            if durable:  # synced by its commit, with every commit before it
-                self._commits.wrote_durable()
-            else:
-                self._commits.wrote()
+            self._commits.wrote()
         return cursor.lastrowid
 
     def flush(self, key: str) -> None:
@@ -340,7 +331,6 @@ class SQLiteStore(DeferredAppends, Store):
         self._refuse_if_forked_mid_write()
         with self._connection() as conn:
             with self._commit_lock:
-                conn.use("NORMAL")
                 yield conn
                 ticket = self._commits.wrote()
         if self.fsync:
@@ -411,7 +401,6 @@ class SQLiteStore(DeferredAppends, Store):
         """A transaction on the index: committed without a sync of its own, as the write it
         describes syncs the WAL, and with it every commit before (see the module docs)."""
         with self._connection() as conn:
-            conn.use("NORMAL")
             with self._transaction(conn):
                 yield conn
 
