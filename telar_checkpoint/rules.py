@@ -44,7 +44,9 @@ def edited(stored: str | None, edit: Edit) -> str:
     """The string `stored` after `edit`."""
     if isinstance(edit, Rewrite):
         return edit.text
-    return stored or "" if not edit.lines else (stored or "") + edit.text
+    if not edit.lines:
+        return stored or ""  # the very string given: a caller may tell "unchanged" by identity
+    return (stored or "") + edit.text
 
 
 # --- operations ---------------------------------------------------------------------

@@ -9,7 +9,7 @@ sans-IO protocol library.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Any, NamedTuple, TypeVar
 
 R = TypeVar("R")
@@ -46,18 +46,18 @@ def async_name(name: str) -> str:
 def run(steps: Steps[R]) -> R:
     """Run an operation, making each call it asks for; its result. A call's error is raised
     inside the operation, where it may handle it."""
-    return _complete(_drive(steps, _call))  # type: ignore[no-any-return]
+    return _complete(_result(steps, _call))  # type: ignore[no-any-return]
 
 
 async def arun(steps: Steps[R]) -> R:
     """`run`, awaiting the async twin of each call."""
-    return await _drive(steps, _acall)  # type: ignore[no-any-return]
+    return await _result(steps, _acall)  # type: ignore[no-any-return]
 
 
 def stream(steps: Stream) -> Iterator[Any]:
     """Run a streaming operation, making each call it asks for; the values it emits, as they
     come (the operation stops where its reader stops)."""
-    values = _drive(steps, _call, stream=True)
+    values = _emitted(steps, _call)
     try:
         while True:
             try:
@@ -71,7 +71,7 @@ def stream(steps: Stream) -> Iterator[Any]:
 
 def astream(steps: Stream) -> AsyncIterator[Any]:
     """`stream`, awaiting the async twin of each call."""
-    return _drive(steps, _acall, stream=True)  # type: ignore[no-any-return]
+    return _emitted(steps, _acall)
 
 
 # --- the one driver: an async loop, which `run` and `stream` complete without an event loop,
@@ -86,12 +86,8 @@ async def _acall(step: Call) -> Any:
     return await getattr(step.target, async_name(step.name))(*step.args, **step.kwargs)
 
 
-def _drive(steps: Generator[Any, Any, Any], invoke: Callable[[Call], Awaitable[Any]], *, stream: bool = False) -> Any:
-    """The coroutine that runs `steps` (or, with `stream`, the async generator of what they emit)."""
-    return _emitted(steps, invoke) if stream else _result(steps, invoke)
-
-
 async def _result(steps: Generator[Any, Any, Any], invoke: Callable[[Call], Awaitable[Any]]) -> Any:
+    """Run `steps`, each call through `invoke`; their result."""
     reply, error = None, None
     while True:
         done, step = _advance(steps, reply, error)
@@ -100,7 +96,8 @@ async def _result(steps: Generator[Any, Any, Any], invoke: Callable[[Call], Awai
         reply, error = await _invoke(invoke, step)
 
 
-async def _emitted(steps: Generator[Any, Any, Any], invoke: Callable[[Call], Awaitable[Any]]) -> AsyncIterator[Any]:
+async def _emitted(steps: Generator[Any, Any, Any], invoke: Callable[[Call], Awaitable[Any]]) -> AsyncGenerator[Any, None]:
+    """Run `steps`, each call through `invoke`; what they emit."""
     reply, error = None, None
     while True:
         done, step = _advance(steps, reply, error)
