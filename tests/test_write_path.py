@@ -18,7 +18,7 @@ WRITING |= {f"a{name}" for name in WRITING}
 PACKAGE = Path(telar_checkpoint.__file__).parent
 # The stores implement the methods; the store tests call them; the saver's write path is
 # the one caller (`_store_steps`, by name, through the steps driver).
-ALLOWED = {PACKAGE / "stores", PACKAGE / "testing.py"}
+ALLOWED = {PACKAGE / "stores", PACKAGE / "testing"}
 
 
 def writing_calls(path: Path) -> list[str]:

@@ -44,8 +44,12 @@ class Store(ABC):
     #: Whether a write costs enough (an fsync, a round trip to a server) that a saver's pending
     #: writes should wait up to 2 ms for the step's put to carry them in the same write (see
     #: `writer_locks.Lingers`). Measured with `benchmarks/ab.py linger` (the agent loop, 100
-    #: turns, A/A'/B interleaved, 4 runs; benchmarks/results/ab.md): with it, an invoke is 7%
-    #: faster on file, SQLite and Redis and 4-8% on Postgres, in every run, beyond the A/A noise.
+    #: turns, A/A'/B interleaved; benchmarks/results/ab.md), in three experiments:
+    #: - Postgres (two): an invoke is 1-11% slower without it, beyond the A/A' noise in every run. On.
+    #: - file, SQLite, Redis: faster with it in every experiment's median (by 7% at 29a49e7;
+    #:   by 1-4.5% at deb937a), beyond the noise in every run in one experiment of three (SQLite:
+    #:   two). A small gain that costs no code of its own (Postgres needs the machinery). On.
+    #: - memory: 2-10% slower with it, beyond the noise in every run. Off.
     carry_writes: bool = False
 
     @abstractmethod

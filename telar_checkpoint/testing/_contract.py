@@ -1,35 +1,4 @@
-"""`StoreTests`: the store contract as a test class, for our stores and yours.
-
-Subclass it in a test module, give it a `store` fixture (a new, empty store, closed by the
-fixture), and declare what the store can do::
-
-    import functools
-    import pytest
-    from telar_checkpoint.testing import StoreTests
-
-    class TestMyStore(StoreTests):
-        shared = True  # another object, in this process or another, can open the same store
-
-        @pytest.fixture
-        def store(self, tmp_path):
-            store = MyStore(tmp_path / "space")
-            yield store
-            store.close()
-
-        def opener(self, store):  # needed only when `shared`: a picklable function of no arguments
-            return functools.partial(MyStore, store.directory)
-
-Capabilities are class attributes: `versions` (`version()` gives tokens and `append_if` appends),
-`indexes` (the index methods), `shared` (see `opener`) and `forked_child_writes`. A test that
-needs a capability the class declares absent is not collected at all (no skip in the report: a
-declaration, not an accident of the machine), and `test_declared_capabilities` checks that
-the store declares the same (`Store.versions`, `Store.indexes`) and behaves so. The async tests
-run their coroutines with `asyncio.run`, so no pytest plugin is needed; the store is closed with
-`aclose` in that loop.
-
-This module is for test code only: it imports pytest and hypothesis, which the library does not
-need (``pip install 'telar-checkpoint[test]'``).
-"""
+"""`StoreTests`, the store contract (see the package's docstring)."""
 
 from __future__ import annotations
 
@@ -38,7 +7,7 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,27 +15,28 @@ from typing import Any, TypeVar
 try:
     import pytest
     from hypothesis import settings
-    from hypothesis import strategies as st
-    from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+    from hypothesis.stateful import run_state_machine_as_test
 except ImportError as exc:  # pragma: no cover - the test extra is missing
     raise ImportError("telar_checkpoint.testing needs pytest and hypothesis: pip install 'telar-checkpoint[test]'") from exc
 
 from telar_checkpoint.errors import StoreError
-from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.base import Store
+from telar_checkpoint.testing._machine import StoreMachine
+from telar_checkpoint.testing._workers import (
+    INDEX_KEYS,
+    KEYS,
+    VALUES,
+    append,
+    append_if_lines,
+    append_if_loop,
+    append_lines,
+    assert_all_lines,
+    assert_one_winner_per_version,
+    child_exit_code,
+    fail,
+    run_async,
+)
 
-__all__ = ["StoreTests"]
-
-KEYS = ["a/b", "..", "../../etc/passwd", "/abs", "nul\x00key", "new\nline", "x" * 300, "тред-é", "🧵🪡", "", " ", "%2F", "."]
-INDEX_KEYS = ["b", "a", "тред", "nul\x00key", "x" * 300, "", "c/d"]
-VALUES = [
-    "plain",
-    '{"line":1}\n{"line":2}\n',
-    "sep\u2028para\u2029end\n",
-    '{"nul":"\\u0000"}\n',
-    "non-ASCII: é ü ñ 中文 🧵\n",
-    "crlf\r\nalone\rend",
-    "",
-]
 CAPABILITIES = ("versions", "indexes", "shared")
 _NEEDS = "_store_tests_needs"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,82 +50,6 @@ def needs(*capabilities: str) -> Callable[[F], F]:
         return test
 
     return mark
-
-
-def append(suffix: str) -> Change:
-    return lambda old: (old or "") + suffix
-
-
-def fail(_old: str | None) -> str:
-    raise RuntimeError("the change refused")
-
-
-def append_lines(open_store: Callable[[], Store], worker: int, count: int) -> None:
-    """Append `count` lines ``worker:i`` to the key "shared", one update each (run in a child process)."""
-    store = open_store()
-    try:
-        for i in range(count):
-            store.update("shared", append(f"{worker}:{i}\n"))
-    finally:
-        store.close()
-
-
-def append_if_lines(open_store: Callable[[], Store], worker: int, count: int) -> None:
-    """`append_if_loop` on a store of its own (run in a child process)."""
-    store = open_store()
-    try:
-        append_if_loop(store, worker, count)
-    finally:
-        store.close()
-
-
-def append_if_loop(store: Store, worker: int, count: int) -> None:
-    """Append `count` lines ``worker:i:version`` to "shared" by `append_if`, each at the version just
-    read, retrying when another writer moved it."""
-    i = 0
-    while i < count:
-        version = store.version("shared")
-        if store.append_if("shared", f"{worker}:{i}:{version!r}\n", version) is not None:
-            i += 1
-
-
-def assert_all_lines(value: str | None, *, workers: int, count: int) -> None:
-    lines = (value or "").splitlines()
-    assert len(lines) == workers * count
-    for worker in range(workers):
-        assert [line for line in lines if line.startswith(f"{worker}:")] == [f"{worker}:{i}" for i in range(count)]
-
-
-def assert_one_winner_per_version(value: str | None, *, workers: int, count: int) -> None:
-    """Every worker's lines are there once, in order, and no two appended at the same version."""
-    lines = (value or "").splitlines()
-    assert_all_lines("".join(line.rsplit(":", 1)[0] + "\n" for line in lines), workers=workers, count=count)
-    versions = [line.split(":", 2)[2] for line in lines]
-    assert len(set(versions)) == len(versions)
-
-
-def child_exit_code(pid: int, hung: str, timeout: float = 10.0) -> int:
-    """The exit code of forked child `pid`; the test fails with `hung` if it does not end in time."""
-    deadline = time.monotonic() + timeout
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if done[0] == 0:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        pytest.fail(hung)
-    return os.waitstatus_to_exitcode(done[1])
-
-
-def run_async(store: Store, body: Callable[[Store], Awaitable[None]]) -> None:
-    """Run `body(store)` in a new event loop, and close the store's async side in that loop."""
-
-    async def main() -> None:
-        try:
-            await body(store)
-        finally:
-            await store.aclose()
-
-    asyncio.run(main())
 
 
 class StoreTests:
@@ -595,7 +489,7 @@ class StoreTests:
 
     @needs("indexes")
     def test_terms_of_any_text_round_trip(self, store: Store) -> None:
-        terms = ["meta:[\"k\",\"s\\u0000\"]", "run:тред 🧵", "x" * 200, "a b\nc"]
+        terms = ['meta:["k","s\\u0000"]', "run:тред 🧵", "x" * 200, "a b\nc"]
         store.index("k", terms)
         for term in terms:
             assert store.indexed(term) == ["k"]
@@ -655,155 +549,3 @@ class StoreTests:
         and index changes agree with a dict, run on the one store, emptied before each example."""
         machine = type("StoreMachine", (StoreMachine,), {"store": store, "versions": self.versions, "indexes": self.indexes})
         run_state_machine_as_test(machine, settings=settings(**self.machine_settings))
-
-
-MACHINE_KEYS = st.sampled_from(["a", "b/..", "nul\x00", "é🧵", ""])
-MACHINE_TEXTS = st.text(max_size=12)
-MACHINE_TERMS = ["t", "run:1", 'meta:["k","s\\u0000"]', "тред 🧵"]
-
-
-class StoreMachine(RuleBasedStateMachine):
-    """The rules of a store, against a dict of values and, for the index, two sets per term: the
-    keys it must give, and those it may still give (a key deleted while absent, or by an update
-    to None, may keep its terms: the index may name more keys than hold a term, never fewer)."""
-
-    store: Store
-    versions: bool
-    indexes: bool
-
-    def __init__(self) -> None:
-        super().__init__()
-        for key in list(self.store.keys()):
-            self.store.delete(key)
-        for term in MACHINE_TERMS if self.indexes else ():
-            for key in self.store.indexed(term):
-                self.store.unindex(key, [term])
-        self.model: dict[str, str] = {}
-        self.seen: dict[str, list[Hashable]] = {}  # every version each key has had, in this example
-        self.must: dict[str, set[str]] = {term: set() for term in MACHINE_TERMS}
-        self.may: dict[str, set[str]] = {term: set() for term in MACHINE_TERMS}
-        self.agrees_with_dict()
-
-    def changed(self, key: str, version: Hashable | None = None, *, same: bool = False) -> None:
-        """Check the version of `key` after a write: one it never had (or, when the write left
-        the value as it was, `same`, possibly the one before), and the one the write returned."""
-        if not self.versions:
-            return
-        current = self.store.version(key)
-        if key not in self.model:
-            assert current is None
-            return
-        seen = self.seen.setdefault(key, [])
-        assert current is not None and (current not in seen or (same and current == seen[-1]))
-        assert version is None or version == current
-        seen.append(current)
-
-    def stored(self, key: str, change: Change, expected: str) -> None:
-        """`update` with `change`, which gives `expected`: stored exactly, or refused with a StoreError."""
-        same = self.model.get(key) == expected
-        try:
-            assert self.store.update(key, change) == expected
-        except StoreError:
-            return
-        self.model[key] = expected
-        self.changed(key, same=same)
-
-    @rule(key=MACHINE_KEYS, value=MACHINE_TEXTS)
-    def write(self, key: str, value: str) -> None:
-        self.stored(key, lambda _old: value, value)
-
-    @rule(key=MACHINE_KEYS, suffix=MACHINE_TEXTS)
-    def extend(self, key: str, suffix: str) -> None:
-        self.stored(key, append(suffix), self.model.get(key, "") + suffix)
-
-    def stored_key(self, data: st.DataObject, key: str) -> str:
-        """`key`, or (half the time, when there is one) a key that holds a value or a term, so
-        that deletes and index changes meet the keys that other rules wrote."""
-        stored = sorted(set(self.model).union(*self.must.values()))
-        if not stored or not data.draw(st.booleans(), "a stored key"):
-            return key
-        return data.draw(st.sampled_from(stored), "stored key")
-
-    @rule(key=MACHINE_KEYS, by_update=st.booleans(), data=st.data())
-    def delete(self, key: str, by_update: bool, data: st.DataObject) -> None:
-        key = self.stored_key(data, key)
-        existed = key in self.model
-        if by_update:
-            assert self.store.update(key, lambda _old: None) is None
-        else:
-            self.store.delete(key)
-        self.model.pop(key, None)
-        self.changed(key)
-        for term in MACHINE_TERMS:
-            if key in self.must[term] and (by_update or not existed):
-                self.may[term].add(key)
-            if not by_update and existed:
-                self.may[term].discard(key)
-            self.must[term].discard(key)
-
-    @rule(key=MACHINE_KEYS)
-    def failing_change(self, key: str) -> None:
-        with pytest.raises(RuntimeError):
-            self.store.update(key, fail)
-
-    @precondition(lambda self: self.versions)
-    @rule(key=MACHINE_KEYS, suffix=MACHINE_TEXTS)
-    def update_versioned(self, key: str, suffix: str) -> None:
-        expected = self.model.get(key, "") + suffix
-        same = self.model.get(key) == expected
-        try:
-            new, version = self.store.update_versioned(key, append(suffix))
-        except StoreError:
-            return
-        assert new == expected and version is not None
-        self.model[key] = expected
-        self.changed(key, version, same=same)
-
-    @precondition(lambda self: self.versions)
-    @rule(key=MACHINE_KEYS, suffix=MACHINE_TEXTS, stale=st.booleans(), deferred=st.booleans())
-    def append_if(self, key: str, suffix: str, stale: bool, deferred: bool) -> None:
-        current = self.store.version(key)
-        version = current
-        if stale:
-            version = next((v for v in reversed(self.seen.get(key, [])) if v != current), ("not", "a", "version"))
-        try:
-            if deferred:
-                moved = self.store.append_if_deferred(key, suffix, version)
-                self.store.flush(key)
-            else:
-                moved = self.store.append_if(key, suffix, version)
-        except StoreError:
-            assert self.store.version(key) == current
-            return
-        if stale or key not in self.model:
-            assert moved is None and self.store.version(key) == current
-            return
-        assert moved is not None and (moved != current or not suffix)  # appending nothing may keep the version
-        self.model[key] += suffix
-        self.changed(key, moved, same=not suffix)
-
-    @precondition(lambda self: self.indexes)
-    @rule(key=MACHINE_KEYS, terms=st.lists(st.sampled_from(MACHINE_TERMS), max_size=3), data=st.data())
-    def index(self, key: str, terms: list[str], data: st.DataObject) -> None:
-        key = self.stored_key(data, key)
-        self.store.index(key, terms)
-        for term in terms:
-            self.must[term].add(key)
-
-    @precondition(lambda self: self.indexes)
-    @rule(key=MACHINE_KEYS, terms=st.lists(st.sampled_from(MACHINE_TERMS), max_size=3))
-    def unindex(self, key: str, terms: list[str]) -> None:
-        self.store.unindex(key, terms)
-        for term in terms:
-            self.must[term].discard(key)
-            self.may[term].discard(key)
-
-    @invariant()
-    def agrees_with_dict(self) -> None:
-        assert sorted(self.store.keys()) == sorted(self.model)
-        assert self.store.sorted_keys() == sorted(self.model)
-        for key, value in self.model.items():
-            assert self.store.read(key) == value
-        for term in MACHINE_TERMS if self.indexes else ():
-            given = self.store.indexed(term)
-            assert given == sorted(given) and self.must[term] <= set(given) <= self.must[term] | self.may[term], term
