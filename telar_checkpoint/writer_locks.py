@@ -118,17 +118,21 @@ def carrying(batch: Batch | None, *, finish: bool = False) -> Iterator[None]:
         batch.finish()
 
 
-class Turns:
-    """The lock sync writers of a stripe take in turn; `batches` holds each thread's `Batch`
-    waiting for a writer (used under the lock)."""
+class _Stripe:
+    """What a stripe of writers shares: its lock, each thread's `Batch` waiting for a
+    writer (used under the lock), and the kind of event a batch's writers wait on."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, lock: Any, event: Callable[[], Any]) -> None:
+        self._lock = lock
+        self.event = event
         self.batches: dict[str, Batch] = {}
 
-    @staticmethod
-    def event() -> threading.Event:
-        return threading.Event()
+
+class Turns(_Stripe):
+    """The lock sync writers of a stripe take in turn."""
+
+    def __init__(self) -> None:
+        super().__init__(threading.Lock(), threading.Event)
 
     def __enter__(self) -> Turns:
         self._lock.acquire()
@@ -138,19 +142,14 @@ class Turns:
         self._lock.release()
 
     def locked(self) -> bool:
-        return self._lock.locked()
+        return bool(self._lock.locked())
 
 
-class AsyncTurns:
+class AsyncTurns(_Stripe):
     """`Turns` for coroutines of one event loop."""
 
     def __init__(self) -> None:
-        self._lock = asyncio.Lock()
-        self.batches: dict[str, Batch] = {}
-
-    @staticmethod
-    def event() -> asyncio.Event:
-        return asyncio.Event()
+        super().__init__(asyncio.Lock(), asyncio.Event)
 
     async def __aenter__(self) -> AsyncTurns:
         await self._lock.acquire()
