@@ -7,7 +7,7 @@ path is foreign, reported and never touched. A write that extends the file is
 an append, durable when acknowledged: appends share one ``fsync`` (group commit;
 a lone append that syncs itself with ``RWF_DSYNC`` measured within noise,
 benchmarks/results/ab.md); any other write goes to a
-temporary file in ``.tmp`` that is fsynced and renamed over the old one (the
+temporary file in ``.tmp`` that is fsynced and renamed over the old one (`file_temps`; the
 temporary files of writers that were killed are removed by the next rewrite).
 Writers of one thread, in threads or in processes, are serialized by ``flock``
 on its history file, whose descriptor stays open (for the most recently used
@@ -23,9 +23,7 @@ The store's index is an SQLite database in ``.index`` (`file_index`).
 
 from __future__ import annotations
 
-import fcntl
 import os
-import secrets
 import stat
 import threading
 import time
@@ -42,8 +40,6 @@ from telar_checkpoint.stores.file_access import (
     CLOEXEC,
     DIRECTORY,
     FULL,
-    NOFOLLOW,
-    NONBLOCK,
     open_directory,
     open_regular,
     store_error,
@@ -52,15 +48,14 @@ from telar_checkpoint.stores.file_handle import Handle, Signature, signature_of
 from telar_checkpoint.stores.file_index import INDEX_DIR, FileIndex
 from telar_checkpoint.stores.file_locks import flock_within
 from telar_checkpoint.stores.file_names import LONG_DIR, SUFFIX, decode_name, encode_name, legacy_name, names_key
+from telar_checkpoint.stores.file_temps import TMP, stale_temp_files, write_through_temp
 from telar_checkpoint.stores.group_commit import DeferredAppends
 
 __all__ = ["FileStore", "decode_name", "encode_name"]
 
 TEXTS_KEPT = 32  # files whose last text is kept, to answer a read with one stat
 FILES_KEPT = 128  # threads whose history file stays open (for appends and flock)
-_TMP = ".tmp"
-_STALE_AFTER = 60.0  # seconds: a temporary file no writer locks and older than this is a killed rewrite's
-_CLEAN_EVERY = 600.0  # seconds between two looks for such files by one store
+_CLEAN_EVERY = 600.0  # seconds between two looks for stale temporary files (`file_temps`) by one store
 
 
 def _text(key: str, data: bytes) -> str:
@@ -490,11 +485,11 @@ class FileStore(DeferredAppends, Store):
         self._remove_stale_temp_files_if_due()
         parts = relative.split("/")
         try:
-            tmp_dir = self._directory([_TMP], key)
+            tmp_dir = self._directory([TMP], key)
             try:
                 target_dir = self._directory(parts[:-1], key)
                 try:
-                    self._write_through_temp(tmp_dir, target_dir, parts[-1], data)
+                    write_through_temp(tmp_dir, target_dir, parts[-1], data, mode=self.mode, fsync=self.fsync)
                     if self.fsync:
                         os.fsync(target_dir)
                 finally:
@@ -511,41 +506,17 @@ class FileStore(DeferredAppends, Store):
                 ) from exc
             raise
 
-    def _write_through_temp(self, tmp_dir: int, target_dir: int, name: str, data: bytes) -> None:
-        """Write `data` to a new file in `tmp_dir` and rename it to `name` in `target_dir`. The
-        temporary file is locked (``flock``) until renamed, which tells a live writer's file from
-        one a killed writer left (`stale_temp_files`)."""
-        tmp = f"{os.getpid()}-{secrets.token_hex(6)}.part"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, self.mode, dir_fd=tmp_dir)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.fchmod(fd, self.mode)  # (the umask may have taken bits from the mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if self.fsync:
-                os.fsync(fd)
-            os.replace(tmp, name, src_dir_fd=tmp_dir, dst_dir_fd=target_dir)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=tmp_dir)
-            except OSError:
-                pass
-            raise
-        finally:
-            os.close(fd)
-
     def stale_temp_files(self) -> list[str]:
         """Temporary files that rewrites killed midway left in ``.tmp`` (no live writer locks
         them, and they are over a minute old), relative to the directory, for `verify` to
         report. Nothing is changed; the store's next rewrite removes them."""
         with self._errors("looking for temporary files in", None):
-            return self._stale_temp_files(remove=False)
+            return stale_temp_files(self._root, remove=False)
 
     def remove_stale_temp_files(self) -> list[str]:
         """Remove the `stale_temp_files`; those removed."""
         with self._errors("removing temporary files in", None):
-            return self._stale_temp_files(remove=True)
+            return stale_temp_files(self._root, remove=True)
 
     def _remove_stale_temp_files_if_due(self) -> None:
         """Before a rewrite: remove the stale temporary files, when this store has not looked for
@@ -554,44 +525,9 @@ class FileStore(DeferredAppends, Store):
         if now - self._cleaned >= _CLEAN_EVERY:
             self._cleaned = now
             try:
-                self._stale_temp_files(remove=True)
+                stale_temp_files(self._root, remove=True)
             except (OSError, ForeignDataError):
                 pass
-
-    def _stale_temp_files(self, *, remove: bool) -> list[str]:
-        try:
-            tmp_dir = open_directory(self._root, [_TMP])
-        except (FileNotFoundError, ForeignDataError):  # none yet, or a foreign `.tmp` (listed by `foreign`)
-            return []
-        stale = []
-        try:
-            too_recent = time.time() - _STALE_AFTER
-            for name in sorted(os.listdir(tmp_dir)):
-                if not name.endswith(".part"):
-                    continue
-                try:
-                    fd = os.open(name, os.O_RDONLY | NOFOLLOW | NONBLOCK | CLOEXEC, dir_fd=tmp_dir)
-                except OSError:  # gone meanwhile, or a link
-                    continue
-                try:
-                    st = os.fstat(fd)
-                    if not stat.S_ISREG(st.st_mode) or st.st_mtime > too_recent:
-                        continue
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:  # a live writer's
-                        continue
-                    if remove:
-                        try:
-                            os.unlink(name, dir_fd=tmp_dir)
-                        except FileNotFoundError:  # another thread of this process was first
-                            continue
-                    stale.append(f"{_TMP}/{name}")
-                finally:
-                    os.close(fd)
-        finally:
-            os.close(tmp_dir)
-        return stale
 
     def close(self) -> None:
         """Close the history files kept open (they open again on the next write)."""
@@ -668,7 +604,7 @@ class FileStore(DeferredAppends, Store):
             for entry in entries:
                 relative = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
                 if entry.is_dir(follow_symlinks=False):
-                    if relative in (_TMP, INDEX_DIR):
+                    if relative in (TMP, INDEX_DIR):
                         continue
                     if entry.name.endswith(SUFFIX):  # a directory where a history would be
                         yield relative, None
