@@ -11,7 +11,6 @@ policy is `compaction`'s.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -178,7 +177,8 @@ class History:
         """A copy to change while readers keep using this one: its fields as they are, and its
         containers copied (the entries on write, see `Entries`), so that no change of the copy
         reaches this one. Only `rules.apply` changes a history once it is read."""
-        other = copy.copy(self)
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
         other.entries = self.entries.copy()
         other.orphans = {k: dict(v) for k, v in self.orphans.items()}
         other.dropped = {ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted)) for ns, d in self.dropped.items()}

@@ -328,7 +328,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def _flush_steps(self, thread_id: str, carried: Batch | None, appended: bool) -> Steps[None]:
         """Make an append durable, then let the writers of the batch it carried return."""
         with carrying(carried, finish=True):
-            if appended:
+            if appended and self.store.deferred_appends:  # (else every append is durable already)
                 yield call(self.store, "flush", thread_id)
 
     async def _awrite(

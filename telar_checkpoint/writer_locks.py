@@ -23,8 +23,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from telar_checkpoint.errors import StoreError
@@ -104,18 +103,25 @@ class Batch:
             raise self.error
 
 
-@contextmanager
-def carrying(batch: Batch | None, *, finish: bool = False) -> Iterator[None]:
+class carrying:  # noqa: N801 (used as a function: `with carrying(batch):`)
     """A step of writing `batch` (if any): a failure fails it too; with `finish`, success
-    finishes it (its writers return)."""
-    try:
-        yield
-    except BaseException as exc:
-        if batch is not None:
-            batch.finish(exc)
-        raise
-    if finish and batch is not None:
-        batch.finish()
+    finishes it (its writers return). (A class, not a `contextmanager`: it is on every write.)"""
+
+    __slots__ = ("batch", "finish")
+
+    def __init__(self, batch: Batch | None, *, finish: bool = False) -> None:
+        self.batch, self.finish = batch, finish
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if self.batch is None:
+            return
+        if exc is not None:
+            self.batch.finish(exc)
+        elif self.finish:
+            self.batch.finish()
 
 
 class _Stripe:
