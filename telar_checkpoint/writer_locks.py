@@ -103,7 +103,7 @@ class Batch:
             raise self.error
 
 
-class carrying:  # noqa: N801 (used as a function: `with carrying(batch):`)
+class carrying:  # (lower case, as `contextlib.suppress`: it reads as `with carrying(batch):`)
     """A step of writing `batch` (if any): a failure fails it too; with `finish`, success
     finishes it (its writers return). (A class, not a `contextmanager`: it is on every write.)"""
 
