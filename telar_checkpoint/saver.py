@@ -280,9 +280,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             joined = self._join(turns, thread_id, make_edit, change) if linger else None
             if joined is None:
                 carried, lines = self._take(turns, thread_id, make_edit)
-                appended = run(self._store_steps(thread_id, carried, lines, change, terms=terms))
+                unflushed = run(self._store_steps(thread_id, carried, lines, change, terms=terms))
         if joined is None:
-            run(self._flush_steps(thread_id, carried, appended))
+            run(self._flush_steps(thread_id, carried, unflushed))
             return
         done = cast(threading.Event, joined.done)
         if not done.wait(linger):
@@ -290,17 +290,18 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 mine = turns.batches.get(thread_id) is joined  # nobody came: write it ourselves
                 if mine:
                     carried, lines = self._take(turns, thread_id, None)
-                    appended = run(self._store_steps(thread_id, carried, lines, None))
+                    unflushed = run(self._store_steps(thread_id, carried, lines, None))
             if mine:
-                run(self._flush_steps(thread_id, carried, appended))
+                run(self._flush_steps(thread_id, carried, unflushed))
             done.wait()
         joined.result()
 
     def _store_steps(
         self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, terms: set[str] | None = None
     ) -> Steps[bool]:
-        """Append `lines` if the store is at their version, else update whole; whether it
-        appended (and so needs a flush, see `_flush_steps`). A failure fails the carried batch too.
+        """Append `lines` if the store is at their version, else update whole; whether the write
+        awaits the store's flush (an append to a store that defers, see `_flush_steps`). A failure
+        fails the carried batch too.
         A put's index `terms` are recorded first (those this saver has not recorded for the thread
         before an append; all of them before an update, as the thread may have been deleted, and
         its terms with it, since), inside the turn: a write lingering for this put is carried, not
@@ -318,17 +319,17 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                     new_version = yield call(self.store, "append_if_deferred", thread_id, suffix, version)
                 if new_version is not None:
                     self._histories.keep(thread_id, new_version, history)
-                    return True
+                    return self.store.deferred_appends
             if terms:
                 yield call(self.store, "index", thread_id, terms)
                 self._recorded_terms(thread_id, terms)
             self._after_update(thread_id, *(yield call(self.store, "update_versioned", thread_id, self._changes(carried, change))))
         return False
 
-    def _flush_steps(self, thread_id: str, carried: Batch | None, appended: bool) -> Steps[None]:
-        """Make an append durable, then let the writers of the batch it carried return."""
+    def _flush_steps(self, thread_id: str, carried: Batch | None, unflushed: bool) -> Steps[None]:
+        """Make an `unflushed` append durable, then let the writers of the batch it carried return."""
         with carrying(carried, finish=True):
-            if appended and self.store.deferred_appends:  # (else every append is durable already)
+            if unflushed:
                 yield call(self.store, "flush", thread_id)
 
     async def _awrite(
@@ -340,9 +341,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             joined = self._join(turns, thread_id, make_edit, change) if linger else None
             if joined is None:
                 carried, lines = self._take(turns, thread_id, make_edit)
-                appended = await arun(self._store_steps(thread_id, carried, lines, change, terms=terms))
+                unflushed = await arun(self._store_steps(thread_id, carried, lines, change, terms=terms))
         if joined is None:
-            await arun(self._flush_steps(thread_id, carried, appended))
+            await arun(self._flush_steps(thread_id, carried, unflushed))
             return
         adone = cast(asyncio.Event, joined.done)
         try:
@@ -352,9 +353,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 mine = turns.batches.get(thread_id) is joined
                 if mine:
                     carried, lines = self._take(turns, thread_id, None)
-                    appended = await arun(self._store_steps(thread_id, carried, lines, None))
+                    unflushed = await arun(self._store_steps(thread_id, carried, lines, None))
             if mine:
-                await arun(self._flush_steps(thread_id, carried, appended))
+                await arun(self._flush_steps(thread_id, carried, unflushed))
             await adone.wait()
         joined.result()
 

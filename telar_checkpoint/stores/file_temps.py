@@ -46,8 +46,8 @@ def write_through_temp(tmp_dir: int, target_dir: int, name: str, data: bytes, *,
 
 
 def stale_temp_files(root: str, *, remove: bool) -> list[str]:
-    """The stale temporary files under the store directory `root`, relative to
-    it; removed first when `remove`. None when ``.tmp`` is missing or foreign (the store's
+    """The stale temporary files under the store directory `root`, relative to it; removed
+    first when `remove`. None are listed when ``.tmp`` is missing or foreign (the store's
     `foreign` lists the latter)."""
     try:
         tmp_dir = open_directory(root, [TMP])
