@@ -9,6 +9,7 @@ from telar_checkpoint.errors import (
     CheckpointDroppedError,
     CorruptLineError,
     ForeignDataError,
+    RefusedTypeError,
     SerializationError,
     StoreBusyError,
     StoredDataError,
@@ -18,7 +19,7 @@ from telar_checkpoint.errors import (
     UnknownFormatError,
     UsageError,
 )
-from telar_checkpoint.format import FORMAT_V1, FORMAT_V2, FORMAT_V3
+from telar_checkpoint.format import FORMAT_V1, FORMAT_V2
 from telar_checkpoint.migration import migrate
 from telar_checkpoint.repairing import repair
 from telar_checkpoint.saver import TelarSaver
@@ -28,7 +29,6 @@ from telar_checkpoint.stores import FileStore, MemoryStore, Store
 __all__ = [
     "FORMAT_V1",
     "FORMAT_V2",
-    "FORMAT_V3",
     "CheckpointCodec",
     "CheckpointDroppedError",
     "CheckpointRecord",
@@ -37,6 +37,7 @@ __all__ = [
     "ForeignDataError",
     "JsonSerializer",
     "MemoryStore",
+    "RefusedTypeError",
     "SerializationError",
     "Store",
     "StoreBusyError",

@@ -5,9 +5,9 @@ Three kinds of line exist. A ``checkpoint`` line holds one checkpoint; a
 `put_writes` is an append); a ``dropped`` line remembers, per namespace, which
 checkpoint ids were replaced or trimmed. A line saved inside a subgraph carries
 its namespace (and, for checkpoints, the parents map) and is format version 2;
-every other line is version 1; a line that uses a feature added after them
-(appended lists, `$same` references, `deleted` ids) is version 3, so a reader
-that predates the feature refuses it instead of misreading it. Every field is
+every other line is version 1. There is no other version: lines that
+development builds wrote as version 3 are read (as 1 or 2), and written again as
+1 or 2 by the next write of their thread. Every field is
 known: a line with a field its version does not have is refused. `step` and
 `source` on a checkpoint line are projections for people and tools: they are
 written, and ignored on read. docs/FORMAT.md is the full specification.
@@ -25,9 +25,10 @@ from telar_checkpoint.errors import CorruptLineError, SerializationError, Unknow
 
 FORMAT_V1 = 1  # root-namespace lines (no subgraph); readable by every release
 FORMAT_V2 = 2  # lines saved inside a subgraph: adds "ns" and "parents"
-# Lines that use what versions 1 and 2 did not have when they were released: "appended" lists and
-# "$same" values on checkpoint lines, "deleted" on dropped lines; in any namespace ("ns" optional).
-FORMAT_V3 = 3
+# What development builds wrote for a line with "appended", "$same" or "deleted" (in any namespace,
+# "ns" optional). Not a version of the format: read as the version 1 or 2 line it stands for, never
+# written (see `History.development_lines`).
+_DEVELOPMENT_BUILD = 3
 # orjson reads 1024 levels of nesting but writes 255: a line's metadata and plain checkpoint
 # fields are written again (a rewrite, a record handed to LangGraph), so deeper ones are refused.
 MAX_FIELD_DEPTH = 200
@@ -78,8 +79,7 @@ Line = CheckpointLine | WritesLine | DroppedLine
 
 # A channel value written as {"$same": null}: the parent checkpoint's value of that channel,
 # unchanged (its version is the parent's), so a large value is not stored again with every
-# checkpoint. A reader that predates it refuses the tag (it is no value a serializer writes:
-# their one-key objects are escaped), rather than read something else.
+# checkpoint. It is no value a serializer writes: their one-key `$` objects are escaped.
 SAME_TAG = "$same"
 SAME: dict[str, None] = {SAME_TAG: None}
 
@@ -89,27 +89,15 @@ def is_same(value: Any) -> bool:
     return type(value) is dict and len(value) == 1 and SAME_TAG in value
 
 
-def _head(kind: str, ns: str, *, newer: bool = False) -> dict[str, Any]:
-    """The start of every line: its format version, kind and namespace. The version is the oldest
-    whose reader reads the line right: 3 if it uses a feature added after 1 and 2 (`newer`),
-    else 2 inside a subgraph, else 1."""
-    version = FORMAT_V3 if newer else FORMAT_V2 if ns else FORMAT_V1
+def _head(kind: str, ns: str) -> dict[str, Any]:
+    """The start of every line: its format version (`line_version`), kind and namespace."""
     if ns:
-        return {"format": version, "kind": kind, "ns": ns}
-    return {"format": version, "kind": kind}
-
-
-def uses_version_3(line: CheckpointLine | DroppedLine) -> bool:
-    """Whether a line uses a feature of version 3: appended lists or `$same` values, deleted ids."""
-    if isinstance(line, DroppedLine):
-        return bool(line.deleted)
-    return bool(line.appended) or any(map(is_same, line.values.values()))
+        return {"format": FORMAT_V2, "kind": kind, "ns": ns}
+    return {"format": FORMAT_V1, "kind": kind}
 
 
 def line_version(line: Line) -> int:
-    """The format version the writer gives `line` (see `_head`)."""
-    if not isinstance(line, WritesLine) and uses_version_3(line):
-        return FORMAT_V3
+    """The format version of `line`: 2 inside a subgraph (a namespace), else 1."""
     return FORMAT_V2 if line.ns else FORMAT_V1
 
 
@@ -131,7 +119,7 @@ def plain_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
 
 def write_checkpoint(line: CheckpointLine) -> str:
     """The JSON text of a checkpoint line (no newline)."""
-    doc = _head("checkpoint", line.ns, newer=uses_version_3(line))
+    doc = _head("checkpoint", line.ns)
     doc["step"] = line.metadata.get("step")
     doc["source"] = line.metadata.get("source")
     doc["id"] = line.id
@@ -160,7 +148,7 @@ def write_writes(line: WritesLine) -> str:
 
 
 def write_dropped(line: DroppedLine) -> str:
-    doc = _head("dropped", line.ns, newer=uses_version_3(line))
+    doc = _head("dropped", line.ns)
     doc["floor"] = line.floor
     doc["replaced"] = line.replaced
     if line.deleted:
@@ -305,11 +293,10 @@ _KINDS: dict[str, Callable[[_Fields, str], Line]] = {
 }
 
 
-# The fields each kind of line may carry in the root namespace; a subgraph's line adds "ns" and, on
-# checkpoints, "parents". Every field a release ever wrote is here, so every stored thread reads; a
-# line with any other field is refused, not read without it (it may mean what this release cannot
-# tell). Versions 1 and 2 know "appended" and "deleted" too: releases before version 3 wrote them
-# there, and such lines stay stored. A new field comes with a new version and its own table.
+# The fields each kind of line may carry in the root namespace (version 1); a subgraph's line
+# (version 2) adds "ns" and, on checkpoints, "parents". A line with any other field is refused, not
+# read without it (it may mean what this release cannot tell). A new field comes with a new
+# version and its own table.
 ROOT_FIELDS: dict[str, frozenset[str]] = {
     "checkpoint": frozenset(
         {"format", "kind", "step", "source", "id", "parent", "metadata", "checkpoint", "extra", "values", "appended"}
@@ -352,19 +339,29 @@ def _read_v2(f: _Fields) -> Line:
     return _read_kind(f, FORMAT_V2, ns)
 
 
-def _read_v3(f: _Fields) -> Line:
+def _read_development_build(f: _Fields) -> Line:
+    """A development build's version 3 line: the version 1 line it stands for, or version 2 with a
+    namespace (it has the fields of those). The caller writes it again as 1 or 2."""
     ns = f.get("ns", str, optional=True)
     if ns == "" or (ns is None and "ns" in f.doc):
-        raise f.fail("a version 3 line's namespace, when it has one, is non-empty text")
-    return _read_kind(f, FORMAT_V3, ns or "")
+        raise f.fail("a development build's version 3 line's namespace, when it has one, is non-empty text")
+    return _read_kind(f, FORMAT_V2 if ns else FORMAT_V1, ns or "")
 
 
 # Readers by format version. Never delete one: every stored version stays readable.
-READERS: dict[int, Callable[[_Fields], Line]] = {FORMAT_V1: _read_v1, FORMAT_V2: _read_v2, FORMAT_V3: _read_v3}
+READERS: dict[int, Callable[[_Fields], Line]] = {FORMAT_V1: _read_v1, FORMAT_V2: _read_v2}
+# What a reader reads besides the format's versions: lines of development builds (see `_DEVELOPMENT_BUILD`).
+_STORED_ONLY: dict[int, Callable[[_Fields], Line]] = {_DEVELOPMENT_BUILD: _read_development_build}
 
 
 def read_line(text: str, thread_id: str | None, line_no: int) -> Line:
     """Parse one stored line, refusing unknown or missing format versions."""
+    return read_stored_line(text, thread_id, line_no)[0]
+
+
+def read_stored_line(text: str, thread_id: str | None, line_no: int) -> tuple[Line, bool]:
+    """Parse one stored line (see `read_line`); and whether a development build wrote it (as
+    version 3): then a checkpoint line keeps no `text`, so that it is written again as 1 or 2."""
     try:
         doc = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -382,7 +379,7 @@ def read_line(text: str, thread_id: str | None, line_no: int) -> Line:
             thread_id=thread_id,
             line=line_no,
         )
-    reader = READERS.get(version)
+    reader = READERS.get(version) or _STORED_ONLY.get(version)
     if reader is None:
         known = ", ".join(str(v) for v in READERS)
         raise UnknownFormatError(
@@ -395,6 +392,7 @@ def read_line(text: str, thread_id: str | None, line_no: int) -> Line:
     if f.get("kind", str) not in _KINDS:
         raise f.fail(f"unknown line kind {doc['kind']!r}")
     line = reader(f)
-    if isinstance(line, CheckpointLine):
+    development = version == _DEVELOPMENT_BUILD
+    if isinstance(line, CheckpointLine) and not development:
         line.text = text
-    return line
+    return line, development

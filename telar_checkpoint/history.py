@@ -25,7 +25,7 @@ from telar_checkpoint.format import (
     DroppedLine,
     WritesLine,
     is_same,
-    read_line,
+    read_stored_line,
     render,
     write_checkpoint,
     write_dropped,
@@ -161,6 +161,9 @@ class History:
         self.orphans: dict[Key, dict[WriteKey, Write]] = {}  # writes that came before their put
         self.dropped: dict[str, DroppedLine] = {}
         self.torn: str | None = None  # an unterminated last line, dropped on read
+        # Lines a development build wrote (version 3) read since the string was last rendered:
+        # the next change rewrites the thread, so that it holds versions 1 and 2 only.
+        self.development_lines = 0
         self._latest: dict[str, str] = {}  # namespace -> latest id, kept while only appending
         self.line_count = 0  # complete lines of the string this history was read from or rendered to
         self.size = 0  # characters of those lines, newlines included
@@ -208,7 +211,8 @@ class History:
         for number, raw in enumerate(lines, first_line + 1):
             if not raw.strip():
                 continue  # a blank line holds nothing (`echo >> thread.jsonl`); a rewrite drops it
-            line = read_line(raw, thread_id, number)
+            line, development = read_stored_line(raw, thread_id, number)
+            self.development_lines += development
             if isinstance(line, CheckpointLine):
                 history._add_line(line, number)
             elif isinstance(line, WritesLine):
@@ -242,8 +246,14 @@ class History:
         )
         text = "".join(line + "\n" for line in out)
         self.line_count, self.size = len(out), len(text)
-        self.torn, self.holds_trimmed, self.floors_appended = None, False, 0
+        self.torn, self.holds_trimmed, self.floors_appended, self.development_lines = None, False, 0, 0
         return text
+
+    @property
+    def must_rewrite(self) -> bool:
+        """Whether the next change must rewrite the string rather than append to it: its last
+        line is torn, or it holds lines of a development build (`development_lines`)."""
+        return self.torn is not None or self.development_lines > 0
 
     def crash_residue(self) -> list[Key]:
         """Pending writes of checkpoints that were never stored and never will be: their id is

@@ -105,19 +105,19 @@ def apply(history: History, operation: Operation, *, keep_finished_calls: bool =
         return new, _put(new, operation, keep_finished_calls)
     if isinstance(operation, AddWrites):
         line = new.add_writes(operation.ns, operation.cid, operation.task_id, operation.task_path, list(operation.writes))
-        if new.torn is not None:
+        if new.must_rewrite:
             return new, Rewrite(new.render())
         return new, _appended(new, [] if line is None else [write_writes(line)])
     if isinstance(operation, Trim):
         cut = new.trim(operation.max_history, keep_finished_calls)
-        rewrite = bool(cut) or new.torn is not None or new.holds_trimmed
+        rewrite = bool(cut) or new.must_rewrite or new.holds_trimmed
     elif isinstance(operation, Remove):
         if not operation.keys:
             return new, Append()
         new.remove(set(operation.keys))
         rewrite = True
     else:
-        rewrite = new.keep_latest(keep_finished_calls) or new.torn is not None
+        rewrite = new.keep_latest(keep_finished_calls) or new.must_rewrite
     return new, Rewrite(new.render()) if rewrite else Append()
 
 
@@ -132,7 +132,7 @@ def _put(history: History, put: Put, keep: bool) -> Edit:
     entry: Entry | None = history.get(line.ns, line.id)
     if entry is not None and entry.line is line and put.lists:
         entry.keep_list_json(put.lists)
-    if rewrite or history.torn is not None:
+    if rewrite or history.must_rewrite:
         if put.max_history is not None:
             history.trim(put.max_history, keep)
         return Rewrite(history.render())

@@ -210,7 +210,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         batch = turns.batches.get(thread_id)
         if batch is None:
             cached = self._histories.latest(thread_id)
-            if cached is None or cached[1].torn is not None:
+            if cached is None or cached[1].must_rewrite:
                 return None
             batch = Batch(cached[0], cached[1], turns.event())
         if batch.history is not None:
@@ -632,7 +632,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def rewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
         """Change the thread's whole stored history, `change(old) -> new` (None: no thread),
         the one way every change but a put or its writes is written (delete_for_runs, prune,
-        copy, migration, trim, repair): in turn with the saver's other writers, after the
+        copy, migration, trim, repair, upgrade): in turn with the saver's other writers, after the
         writes waiting to be carried, atomically in the store; the new history. An error of
         `change` is raised here, and the writes carried with it are stored all the same.
         `text`: the history the change writes, when known before (a copy, a migration): its

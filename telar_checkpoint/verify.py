@@ -20,7 +20,7 @@ from typing import Any, Literal, cast
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint.errors import StoredDataError, UnknownFormatError
-from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, is_same, read_line
+from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, is_same, line_version, read_stored_line
 from telar_checkpoint.history import History
 from telar_checkpoint.inspection import Progress
 from telar_checkpoint.stores.base import Store
@@ -47,6 +47,8 @@ duplicate       warning  the same checkpoint stored twice; the later line wins
 value           warning  a state value that does not load with this serializer
 unreachable     error    lines whose parent or checkpoint was on a damaged line (one finding for all)
 torn            warning  an unterminated last line (an interrupted write), dropped on read
+development-build  warning  a line written by a development build (as format version 3): it reads as version 1 \
+or 2, and the thread's next write, or `telar-checkpoint upgrade`, writes it so
 foreign         warning  an entry in the store that is not a history of ours (never touched)
 stale-temp      warning  a temporary file a killed rewrite left; the store's next rewrite removes it
 """
@@ -131,11 +133,15 @@ class _Checker:
                 self.add(number, "blank", "a blank line, skipped on read")
                 continue
             try:
-                line = read_line(raw, self.thread_id, number)
+                line, development = read_stored_line(raw, self.thread_id, number)
             except StoredDataError as exc:
                 code = "unknown-format" if isinstance(exc, UnknownFormatError) else "corrupt-line"
                 self.add(number, code, _message(exc))
                 continue
+            if development:
+                self.add(number, "development-build", f"written by a development build (as format version 3); it "
+                         f"reads as version {line_version(line)}, and the thread's next write (or `telar-checkpoint "
+                         f"upgrade`) writes it so")
             try:
                 history.extend(raw + "\n")
             except StoredDataError as exc:  # sound alone, not in its place: what it extends is not stored

@@ -351,7 +351,8 @@ class CrashRun:
         return entry.line.id if entry else None
 
     def check(self, thread: str, *, after_kill: bool) -> None:
-        """Every acknowledged checkpoint and write is stored and decodes; a torn tail is only the last line."""
+        """Every acknowledged checkpoint and write is stored and decodes; a torn tail is only the last
+        line; every line is format version 1 or 2."""
         from telar_checkpoint.codec import CheckpointCodec
         from telar_checkpoint.history import History
 
@@ -361,6 +362,7 @@ class CrashRun:
             assert not state.acked, f"{thread}: {len(state.acked)} acknowledged checkpoints, no history"
             return
         history = History.parse(thread, text)  # raises on any damaged complete line
+        assert history.development_lines == 0, f"{thread}: a line of a format version that is not 1 or 2"
         if after_kill:
             state.torn = history.torn
             if history.torn is not None:

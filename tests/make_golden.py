@@ -27,9 +27,10 @@ class Profiled(TypedDict):
     log: Annotated[list[str], operator.add]
 
 
-def _version_3() -> StateGraph:
+def _profiled(*, persistent: bool) -> StateGraph:
     """A parent graph whose subgraph asks (interrupt): its log grows ("appended") and its profile, a
-    dict set once, is stored by reference ("$same"), in the root namespace and in the subgraph's."""
+    dict set once, is stored by reference ("$same"), in the root namespace and in the subgraph's.
+    `persistent`: the subgraph is compiled with `checkpointer=True`, so its lines stay between runs."""
 
     def ask(s: Profiled) -> dict:
         return {"log": [f"answered {interrupt('approve?')}"]}
@@ -41,7 +42,7 @@ def _version_3() -> StateGraph:
     inner.add_edge("inner_start", "inner_ask")
     parent = StateGraph(Profiled)
     parent.add_node("start", lambda s: {"log": ["parent start"]})
-    parent.add_node("child", inner.compile())
+    parent.add_node("child", inner.compile(checkpointer=True) if persistent else inner.compile())
     parent.add_node("end", lambda s: {"log": ["parent end"]})
     parent.add_edge(START, "start")
     parent.add_edge("start", "child")
@@ -49,12 +50,13 @@ def _version_3() -> StateGraph:
     return parent
 
 
-def _write_version_3(path: Path) -> None:
-    """v3.jsonl: two runs, the second paused in its subgraph, then the first deleted (delete_for_runs):
-    checkpoint lines with "appended" and "$same" (root and subgraph) and a dropped line with "deleted"."""
+def _write_runs(path: Path, *, persistent: bool, pause_last: bool) -> None:
+    """Three runs of `_profiled`, each answered but the last when `pause_last`, then the first
+    deleted (delete_for_runs): checkpoint lines with "appended" and "$same", and dropped lines
+    with "deleted" (in the persistent subgraph's namespace too, when `persistent`)."""
     store = MemoryStore()
     saver = TelarSaver(store)
-    graph = _version_3().compile(checkpointer=saver)
+    graph = _profiled(persistent=persistent).compile(checkpointer=saver)
 
     def config(run: str) -> dict:
         return {"configurable": {"thread_id": "g"}, "metadata": {"run_id": run}}
@@ -64,6 +66,8 @@ def _write_version_3(path: Path) -> None:
     graph.invoke({"log": ["again"]}, config("run-2"))
     graph.invoke(resume("later"), config("run-2"))
     graph.invoke({"log": ["third"]}, config("run-3"))
+    if not pause_last:
+        graph.invoke(resume("last"), config("run-3"))
     saver.delete_for_runs(["run-1"])
     path.write_text(History.parse("g", store.read("g")).render(), encoding="utf-8")
 
@@ -103,7 +107,10 @@ def write_records(path: Path) -> None:
 
 
 def main() -> None:
-    graphs = (("v1.jsonl", with_interrupt), ("v2.jsonl", lambda: nested_subgraphs(1)), ("v1-appended.jsonl", _twice))
+    graphs = (
+        ("v1-interrupt.jsonl", with_interrupt), ("v2-nested.jsonl", lambda: nested_subgraphs(1)),
+        ("v1-appended.jsonl", _twice),
+    )
     for name, build in graphs:
         path = GOLDEN / name
         if path.exists():
@@ -116,14 +123,16 @@ def main() -> None:
             graph.invoke({"request": "again", "log": ["more"]}, {"configurable": {"thread_id": "g"}})
         path.write_text(History.parse("g", store.read("g")).render(), encoding="utf-8")
         print(f"wrote {path}")
+    # v1: every run answered, so no subgraph line is kept; v2: a persistent subgraph, the last run
+    # paused inside it. (v3.jsonl holds what development builds wrote, once, as version 3.)
+    for name, persistent, pause_last in (("v1.jsonl", False, False), ("v2.jsonl", True, True)):
+        path = GOLDEN / name
+        if path.exists():
+            print(f"{path} exists; golden files are never regenerated", file=sys.stderr)
+        else:
+            _write_runs(path, persistent=persistent, pause_last=pause_last)
+            print(f"wrote {path}")
     for path in sorted(GOLDEN.glob("*.jsonl")):
-        write_records(path)
-    path = GOLDEN / "v3.jsonl"
-    if path.exists():
-        print(f"{path} exists; golden files are never regenerated", file=sys.stderr)
-    else:
-        _write_version_3(path)
-        print(f"wrote {path}")
         write_records(path)
 
 

@@ -223,7 +223,7 @@ def test_bad_url_and_usage_exit_2(capsys, tmp_path) -> None:
 
 def test_every_command_has_help_with_an_example(capsys) -> None:
     names = build_app().commands
-    assert set(names) >= {"threads", "history", "show", "diff", "verify", "trim", "delete", "demo", "repair"}
+    assert set(names) >= {"threads", "history", "show", "diff", "verify", "trim", "upgrade", "delete", "demo", "repair"}
     for name in names:
         code, out, _ = run(capsys, name, "--help")
         assert code == 0 and "\nexample:\n  telar-checkpoint " + name in out, name
@@ -290,6 +290,63 @@ def test_trim_missing_and_corrupt_thread(capsys, url) -> None:
     assert run(capsys, "trim", url, "--keep", "1", "nope", "--yes")[0] == 3
     code, _, err = run(capsys, "trim", url, "--keep", "1", "broken", "--yes")
     assert code == 4 and err.startswith("telar-checkpoint: error: thread 'broken', line 1")
+
+
+# --- upgrade: a development build's lines (format version 3) rewritten in versions 1 and 2 ----------
+
+DEVELOPMENT_BUILD = (ROOT / "tests" / "golden" / "v3.jsonl").read_text(encoding="utf-8")
+
+
+def formats(path: Path) -> set[int]:
+    return {json.loads(line)["format"] for line in path.read_text(encoding="utf-8").splitlines()}
+
+
+def test_upgrade_rewrites_a_development_builds_threads_in_versions_1_and_2(capsys, url) -> None:
+    for name in ("dev-a", "dev-b"):
+        (Path(url) / f"{name}.jsonl").write_text(DEVELOPMENT_BUILD, encoding="utf-8")
+    before = {name: ids(capsys, url, name) for name in ("dev-a", "dev-b", "steps")}
+    untouched = (Path(url) / "steps.jsonl").read_text()
+    code, out, err = run(capsys, "upgrade", url, "--dry-run")
+    assert code == 4 and "would rewrite 2 threads in format versions 1 and 2 (18 lines of a development build)" in out
+    assert "skipped corrupt thread 'broken', line 1" in err
+    assert formats(Path(url) / "dev-a.jsonl") == {1, 2, 3}
+    problems = json.loads(run(capsys, "verify", url, "dev-a", "--json")[1])["threads"]["dev-a"]
+    assert {p["code"] for p in problems} == {"development-build"} and len(problems) == 9
+    code, out, _ = run(capsys, "upgrade", url)
+    assert code == 4 and "rewrote dev-a: 9 lines of a development build" in out
+    assert "rewrote 2 threads in format versions 1 and 2 (18 lines of a development build); 4 threads already" in out
+    for name in ("dev-a", "dev-b"):
+        assert formats(Path(url) / f"{name}.jsonl") == {1, 2}
+        assert json.loads(run(capsys, "verify", url, name, "--json")[1])["threads"][name] == []
+    assert {name: ids(capsys, url, name) for name in before} == before
+    assert (Path(url) / "steps.jsonl").read_text() == untouched
+    code, out, _ = run(capsys, "upgrade", url, "--json")
+    assert code == 4 and json.loads(out)["upgraded"] == {} and json.loads(out)["current"] == 6
+
+
+def test_an_interrupted_upgrade_loses_nothing_and_a_second_run_finishes_it(tmp_path) -> None:
+    from telar_checkpoint import CheckpointCodec
+    from telar_checkpoint.upgrading import upgrade_format
+
+    store = FileStore(tmp_path / "store")
+    for n in range(4):
+        store.write(f"dev-{n}", DEVELOPMENT_BUILD)
+    records = CheckpointCodec().decode_history("g", DEVELOPMENT_BUILD)
+
+    def interrupt_after_two(done: int, total: int) -> None:
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        upgrade_format(store, progress=interrupt_after_two)
+    assert [3 in {json.loads(line)["format"] for line in (store.read(f"dev-{n}") or "").splitlines()}
+            for n in range(4)] == [False, False, True, True]
+    for n in range(4):
+        assert CheckpointCodec().decode_history("g", store.read(f"dev-{n}")) == records
+    report = upgrade_format(store)
+    assert sorted(report.upgraded) == ["dev-2", "dev-3"] and sorted(report.current) == ["dev-0", "dev-1"]
+    for n in range(4):
+        assert CheckpointCodec().decode_history("g", store.read(f"dev-{n}")) == records
 
 
 def test_delete_asks_first(capsys, url, monkeypatch) -> None:

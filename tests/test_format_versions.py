@@ -19,6 +19,7 @@ from telar_checkpoint.format import (
     WritesLine,
     line_version,
     read_line,
+    read_stored_line,
     write_checkpoint,
     write_dropped,
     write_writes,
@@ -73,20 +74,21 @@ def edit(text: str, **fields: object) -> str:
     [
         (checkpoint(), 1),
         (checkpoint(extra=True), 1),
+        (checkpoint(appended=True), 1),
+        (checkpoint(same=True), 1),
+        (checkpoint(appended=True, same=True, extra=True), 1),
         (checkpoint("child:1"), 2),
-        (checkpoint(appended=True), 3),
-        (checkpoint(same=True), 3),
-        (checkpoint("child:1", appended=True), 3),
-        (checkpoint("child:1", same=True), 3),
+        (checkpoint("child:1", appended=True), 2),
+        (checkpoint("child:1", same=True), 2),
         (writes(), 1),
         (writes("child:1"), 2),
         (dropped(), 1),
+        (dropped(deleted=True), 1),
         (dropped("child:1"), 2),
-        (dropped(deleted=True), 3),
-        (dropped("child:1", deleted=True), 3),
+        (dropped("child:1", deleted=True), 2),
     ],
 )
-def test_a_line_is_written_with_the_oldest_version_that_reads_it_right(text: str, version: int) -> None:
+def test_a_line_is_version_2_inside_a_subgraph_and_version_1_elsewhere_whatever_it_holds(text: str, version: int) -> None:
     assert fmt(text) == version
     line = read_line(text, "t", 1)
     assert line_version(line) == version
@@ -94,27 +96,34 @@ def test_a_line_is_written_with_the_oldest_version_that_reads_it_right(text: str
 
 
 def test_the_tables_hold_every_field_the_writer_writes() -> None:
-    """A field the writer gains without a table entry (and a version) fails here."""
+    """A field the writer gains without a table entry fails here."""
     for ns, table in (("", ROOT_FIELDS), ("child:1", SUBGRAPH_FIELDS)):
         assert orjson.loads(checkpoint(ns, appended=True, same=True, extra=True)).keys() == table["checkpoint"]
         assert orjson.loads(writes(ns)).keys() == table["writes"]
         assert orjson.loads(dropped(ns, deleted=True)).keys() == table["dropped"]
 
 
+def test_the_format_has_two_versions_and_no_public_name_for_a_third() -> None:
+    import telar_checkpoint
+
+    assert sorted(line_format.READERS) == [1, 2]
+    assert [name for name in telar_checkpoint.__all__ if name.startswith("FORMAT_")] == ["FORMAT_V1", "FORMAT_V2"]
+    assert not hasattr(telar_checkpoint, "FORMAT_V3") and not hasattr(line_format, "FORMAT_V3")
+
+
 # --- refusals: a field a version does not know ------------------------------------------
 
 LINES = {  # (version, kind): a line of that version and kind, as the writer writes it
-    (1, "checkpoint"): checkpoint(),
+    (1, "checkpoint"): checkpoint(appended=True, same=True),
     (1, "writes"): writes(),
-    (1, "dropped"): dropped(),
-    (2, "checkpoint"): checkpoint("child:1"),
+    (1, "dropped"): dropped(deleted=True),
+    (2, "checkpoint"): checkpoint("child:1", appended=True, same=True),
     (2, "writes"): writes("child:1"),
-    (2, "dropped"): dropped("child:1"),
-    (3, "checkpoint"): checkpoint(appended=True),
-    (3, "checkpoint in a subgraph"): checkpoint("child:1", same=True),
-    (3, "dropped"): dropped(deleted=True),
-    (3, "dropped in a subgraph"): dropped("child:1", deleted=True),
-    (3, "writes"): edit(writes(), format=3),  # never written so (nothing new), and read
+    (2, "dropped"): dropped("child:1", deleted=True),
+    # what development builds wrote (read, and written again as 1 or 2)
+    (3, "checkpoint"): edit(checkpoint(appended=True), format=3),
+    (3, "checkpoint in a subgraph"): edit(checkpoint("child:1", same=True), format=3),
+    (3, "dropped"): edit(dropped(deleted=True), format=3),
     (3, "writes in a subgraph"): edit(writes("child:1"), format=3),
 }
 
@@ -125,7 +134,8 @@ def test_an_unknown_field_is_refused_naming_field_thread_and_line(version: int, 
     text = LINES[version, kind]
     read_line(text, "t", 1)
     bad = edit(text, **{field: 1})
-    with pytest.raises(UnknownFormatError, match=rf"thread 't', line 7: a version {version} {kind.split()[0]} line has field {field!r}"):
+    reads_as = 2 if "ns" in orjson.loads(text) else 1  # a development build's line reads as 1 or 2
+    with pytest.raises(UnknownFormatError, match=rf"thread 't', line 7: a version {reads_as} {kind.split()[0]} line has field {field!r}"):
         read_line(bad, "t", 7)
     with pytest.raises(UnknownFormatError, match=rf"line 2: .* field {field!r}.*upgrade telar-checkpoint"):
         codec.decode_history("t", checkpoint(parent=None) + "\n" + bad + "\n")
@@ -163,42 +173,110 @@ def test_projections_are_known_and_ignored_on_read(ns: str) -> None:
     assert line_format.PROJECTIONS["checkpoint"] <= ROOT_FIELDS["checkpoint"]
 
 
-# --- stored data: versions 1 and 2 with what version 3 now carries ------------------------
+# --- lines of development builds (version 3): read, written again as 1 and 2 ---------------
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        edit(checkpoint(appended=True), format=1),
-        edit(checkpoint(same=True), format=1),
-        edit(checkpoint("child:1", appended=True), format=2),
-        edit(checkpoint("child:1", same=True), format=2),
-        edit(dropped(deleted=True), format=1),
-        edit(dropped("child:1", deleted=True), format=2),
-    ],
-)
-def test_older_versions_still_read_what_releases_before_version_3_wrote_there(text: str) -> None:
-    new = edit(text, format=3)
-    old_line, new_line = read_line(text, "t", 1), read_line(new, "t", 1)
-    if isinstance(old_line, CheckpointLine):
-        old_line.text = new_line.text = ""
-    assert old_line == new_line
+@pytest.mark.parametrize("text", [v for (version, _), v in LINES.items() if version < 3])
+def test_a_development_builds_line_reads_as_the_line_of_version_1_or_2_it_stands_for(text: str) -> None:
+    line, development = read_stored_line(edit(text, format=3), "t", 1)
+    assert development
+    ours, mine = read_stored_line(text, "t", 1)
+    assert not mine
+    if isinstance(line, CheckpointLine):
+        assert line.text == ""  # no text of its own: a rewrite writes it anew, as 1 or 2
+        ours.text = ""
+    assert line == ours
+
+
+def development_thread() -> str:
+    """A thread of a development build: the golden file of version 3."""
+    return (GOLDEN / "v3.jsonl").read_text(encoding="utf-8")
+
+
+def versions(text: str) -> set[int]:
+    return {fmt(line) for line in text.splitlines()}
+
+
+def test_the_next_write_of_a_development_builds_thread_rewrites_it_in_versions_1_and_2() -> None:
+    from telar_checkpoint import MemoryStore, TelarSaver
+
+    text = development_thread()
+    assert 3 in versions(text)
+    store = MemoryStore()
+    store.write("g", text)
+    saver = TelarSaver(store)
+    before = list(saver.list({"configurable": {"thread_id": "g"}}))
+    latest = before[0]
+    # a write that changes nothing else (a write already stored) is still the next write
+    saver.put_writes(latest.config, [("log", ["x"])], "some-task")
+    after_text = store.read("g")
+    assert versions(after_text) == {1, 2}
+    assert [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "g"}})] == [t.checkpoint["id"] for t in before]
+    assert verify_thread("g", after_text) == []
+
+
+def test_a_development_builds_thread_rewritten_reads_to_the_same_records() -> None:
+    text = development_thread()
+    history = History.parse("g", text)
+    assert history.development_lines == sum(1 for line in text.splitlines() if fmt(line) == 3)
+    assert history.must_rewrite
+    rendered = history.render()
+    assert versions(rendered) == {1, 2}
+    assert not History.parse("g", rendered).must_rewrite
+    assert read_records(rendered) == read_records(text)
+    # the subgraph's lines keep their namespace as version 2, the root's are version 1
+    for line in rendered.splitlines():
+        assert fmt(line) == (2 if "ns" in orjson.loads(line) else 1)
+
+
+def test_migrating_or_importing_a_development_builds_thread_writes_it_in_versions_1_and_2() -> None:
+    from telar_checkpoint import MemoryStore, TelarSaver
+    from telar_checkpoint.migration import import_thread, migrate
+
+    text = development_thread()
+    source, target = MemoryStore(), MemoryStore()
+    source.write("g", text)
+    assert migrate(TelarSaver(source), TelarSaver(target)).threads == 1
+    assert import_thread(TelarSaver(target), "imported", text).threads == 1
+    for thread in ("g", "imported"):
+        stored = target.read(thread) or ""
+        assert versions(stored) == {1, 2}
+        assert read_records(stored) == read_records(text)
+    assert migrate(TelarSaver(source), TelarSaver(target)).skipped == {"g": "already migrated"}
+
+
+def test_verify_names_a_development_builds_lines() -> None:
+    text = development_thread()
+    problems = verify_thread("g", text)
+    found = [p for p in problems if p.code == "development-build"]
+    assert [p.line for p in found] == [n for n, line in enumerate(text.splitlines(), 1) if fmt(line) == 3]
+    assert all(p.severity == "warning" and "written by a development build" in p.message for p in found)
+    assert [p for p in problems if p.code != "development-build"] == []
 
 
 # --- version gates ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", [checkpoint(appended=True), checkpoint("child:1", same=True), dropped(deleted=True)])
-def test_a_reader_of_versions_1_and_2_refuses_a_version_3_line(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(line_format, "READERS", {v: line_format.READERS[v] for v in (1, 2)})
-    with pytest.raises(UnknownFormatError, match=r"line 1: has format version 3, which this release does not read \(it reads 1, 2\)"):
+@pytest.mark.parametrize("text", [edit(checkpoint(), format=4), edit(writes("child:1"), format=4), edit(dropped(), format=0)])
+def test_a_version_that_is_not_1_or_2_is_refused(text: str) -> None:
+    with pytest.raises(UnknownFormatError, match=r"line 1: has format version \d, which this release does not read \(it reads 1, 2\)"):
         read_line(text, "t", 1)
 
 
-def test_golden_v1_is_read_whole_by_a_reader_that_predates_subgraphs(monkeypatch: pytest.MonkeyPatch) -> None:
-    text = (GOLDEN / "v1.jsonl").read_text(encoding="utf-8")
+@pytest.mark.parametrize("text", [checkpoint("child:1", appended=True), writes("child:1"), dropped("child:1", deleted=True)])
+def test_a_reader_that_predates_subgraphs_refuses_a_version_2_line(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(line_format, "READERS", {1: line_format.READERS[1]})
+    monkeypatch.setattr(line_format, "_STORED_ONLY", {})
+    with pytest.raises(UnknownFormatError, match=r"line 1: has format version 2, which this release does not read \(it reads 1\)"):
+        read_line(text, "t", 1)
+
+
+@pytest.mark.parametrize("name", ["v1.jsonl", "v1-interrupt.jsonl", "v1-appended.jsonl"])
+def test_golden_v1_is_read_whole_by_a_reader_that_predates_subgraphs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (GOLDEN / name).read_text(encoding="utf-8")
     expected = codec.decode_history("g", text)
     monkeypatch.setattr(line_format, "READERS", {1: line_format.READERS[1]})
+    monkeypatch.setattr(line_format, "_STORED_ONLY", {})
     assert codec.decode_history("g", text) == expected
 
 
@@ -208,8 +286,8 @@ def test_golden_v1_is_read_whole_by_a_reader_that_predates_subgraphs(monkeypatch
         (checkpoint("child:1", appended=True), 1, "a version 1 line has no namespace"),
         (checkpoint(appended=True), 2, "field 'ns' is missing"),
         (edit(checkpoint("child:1"), ns=""), 2, "a version 2 line carries a non-empty namespace"),
-        (edit(checkpoint("child:1"), ns=""), 3, "a version 3 line's namespace, when it has one, is non-empty text"),
-        (edit(checkpoint("child:1"), ns=None), 3, "a version 3 line's namespace, when it has one, is non-empty text"),
+        (edit(checkpoint("child:1"), ns=""), 3, "a development build's version 3 line's namespace, when it has one, is non-empty text"),
+        (edit(checkpoint("child:1"), ns=None), 3, "a development build's version 3 line's namespace, when it has one, is non-empty text"),
     ],
 )
 def test_each_version_checks_its_namespace(text: str, version: int, message: str) -> None:
@@ -221,10 +299,10 @@ def test_each_version_checks_its_namespace(text: str, version: int, message: str
 # (named test_golden*: their Interrupt values need a newer langgraph than the lowest combination's)
 
 
-def test_there_is_a_golden_file_for_every_version() -> None:
-    for version in line_format.READERS:
+def test_there_is_a_golden_file_for_every_version_and_for_development_builds() -> None:
+    for version in (*line_format.READERS, 3):
         text = (GOLDEN / f"v{version}.jsonl").read_text(encoding="utf-8")
-        assert version in {fmt(line) for line in text.splitlines()}
+        assert version in versions(text)
 
 
 @pytest.mark.parametrize("name", GOLDEN_FILES)
@@ -232,17 +310,20 @@ def test_golden_files_read_to_the_records_pinned_beside_them(name: str) -> None:
     text = (GOLDEN / name).read_text(encoding="utf-8")
     pinned = orjson.loads((GOLDEN / name.replace(".jsonl", ".records.json")).read_bytes())
     assert orjson.loads(orjson.dumps(read_records(text))) == pinned
-    assert History.parse("g", text).render() == text  # and a rewrite writes it as stored
+    rendered = History.parse("g", text).render()
+    if name == "v3.jsonl":  # a development build's: a rewrite writes it in versions 1 and 2
+        assert versions(rendered) == {1, 2}
+        assert orjson.loads(orjson.dumps(read_records(rendered))) == pinned
+    else:
+        assert rendered == text  # and a rewrite writes it as stored
 
 
-def test_the_version_3_golden_holds_each_feature_of_version_3() -> None:
-    lines = [orjson.loads(line) for line in (GOLDEN / "v3.jsonl").read_text(encoding="utf-8").splitlines()]
-    v3 = [d for d in lines if d["format"] == 3]
-    assert any(d["kind"] == "checkpoint" and "ns" not in d and d.get("appended") for d in v3)
-    assert any(d["kind"] == "checkpoint" and "ns" in d and d.get("appended") for d in v3)
-    assert any(d["kind"] == "checkpoint" and SAME in d["values"].values() for d in v3)
-    assert any(d["kind"] == "dropped" and d.get("deleted") for d in v3)
-    # Every line of it is written with the version the writer gives it today.
-    for d in lines:
-        if d["format"] < 3:
-            assert not d.get("appended") and not d.get("deleted") and SAME not in d.get("values", {}).values()
+@pytest.mark.parametrize("name, kept", [("v1.jsonl", {1}), ("v2.jsonl", {1, 2})])
+def test_the_golden_files_of_versions_1_and_2_hold_appended_lists_same_values_and_deleted_ids(name: str, kept: set[int]) -> None:
+    lines = [orjson.loads(line) for line in (GOLDEN / name).read_text(encoding="utf-8").splitlines()]
+    assert {d["format"] for d in lines} == kept
+    for version in kept:
+        mine = [d for d in lines if d["format"] == version]
+        assert any(d["kind"] == "checkpoint" and d.get("appended") for d in mine)
+        assert any(d["kind"] == "checkpoint" and SAME in d["values"].values() for d in mine)
+        assert any(d["kind"] == "dropped" and d.get("deleted") for d in mine)

@@ -44,23 +44,16 @@ def stored_formats(saver: TelarSaver, thread: str = "t") -> list[int]:
 
 
 def subgraph_lines(saver: TelarSaver, thread: str = "t") -> list[str]:
-    """The stored lines saved inside a subgraph (version 2, or 3 with a namespace)."""
+    """The stored lines saved inside a subgraph (version 2)."""
     text = saver.store.read(thread) or ""
     return [line for line in text.split("\n")[:-1] if "ns" in orjson.loads(line)]
 
 
 def read_without_subgraphs(saver: TelarSaver, thread: str = "t") -> History:
-    """The thread as a reader that knows no subgraph reads it: format version 1, and version 3 (the
-    lines that use appended lists, $same or deleted ids) without a namespace."""
-
-    read_v3 = line_format.READERS[3]
-
-    def read_v3_root(f: Any) -> Any:
-        assert "ns" not in f.doc, "a subgraph's line"
-        return read_v3(f)
-
+    """The thread as a reader that knows no subgraph reads it: format version 1 only."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(line_format, "READERS", {1: line_format.READERS[1], 3: read_v3_root})
+        patch.setattr(line_format, "READERS", {1: line_format.READERS[1]})
+        patch.setattr(line_format, "_STORED_ONLY", {})
         return History.parse(thread, saver.store.read(thread))
 
 
@@ -310,7 +303,7 @@ async def test_version_2_only_while_paused_in_a_subgraph(store, api, depth) -> N
         assert summary(await api.state(graph, config(), subgraphs=True)) == summary(await api.state(reference, config(), subgraphs=True))
         done = await api.invoke(graph, resume("ok"), config())
         assert done == await api.invoke(reference, resume("ok"), config())
-        assert not subgraph_lines(saver) and set(stored_formats(saver)) <= {1, 3}
+        assert not subgraph_lines(saver) and set(stored_formats(saver)) == {1}
         # A reader that knows no subgraph reads the whole thread, and finds what a current one finds.
         old_reader = read_without_subgraphs(saver)
         assert list(old_reader.entries) == list(read_history(saver).entries)

@@ -180,6 +180,10 @@ def build_app(version: str) -> click.Group:
             [_thread(optional="only this thread (default: all)"),
              click.Option(["--keep"], metavar="N", type=_Positive(), required=True,
                           help="checkpoints to keep (at least 1)"), _yes()], progress=True)
+    _command(app, "upgrade", "rewrite the threads a development build stored (format version 3) in versions 1 and 2",
+            "telar-checkpoint upgrade ./.telar-checkpoint --dry-run", manage.cmd_upgrade,
+            [click.Option(["--dry-run"], is_flag=True, help="count the threads to rewrite, write nothing")],
+            progress=True)
     _command(app, "reindex", "rebuild the index that list(None) and delete_for_runs look threads up in",
             "telar-checkpoint reindex ./.telar-checkpoint", manage.cmd_reindex)
     _command(app, "delete", "delete a thread and all its checkpoints",

@@ -1,4 +1,4 @@
-"""The commands that change or create: trim, delete, repair, demo."""
+"""The commands that change or create: trim, upgrade, reindex, delete, repair, demo."""
 
 from __future__ import annotations
 
@@ -84,6 +84,33 @@ def cmd_trim(args: types.SimpleNamespace) -> int:
     elif plans:
         print(f"trimmed {plural(len(plans), 'thread')}: {plural(removed, 'checkpoint')} removed")
     return EXIT_CORRUPT if corrupt else 0
+
+
+def cmd_upgrade(args: types.SimpleNamespace) -> int:
+    from telar_checkpoint.upgrading import upgrade_format
+
+    with opened(args.url) as store:
+        bar = ProgressBar("checking threads" if args.dry_run else "upgrading threads", args.progress)
+        try:
+            report = upgrade_format(store, dry_run=args.dry_run, progress=bar)
+        finally:
+            bar.close()
+    lines = sum(report.upgraded.values())
+    if args.json:
+        print(to_json({"dry_run": args.dry_run, "upgraded": report.upgraded, "lines": lines, "current": len(report.current),
+                       "corrupt": [str(exc) for exc in report.corrupt]}))
+        return EXIT_CORRUPT if report.corrupt else 0
+    for thread_id, count in report.upgraded.items():
+        print(f"{'would rewrite' if args.dry_run else 'rewrote'} {thread_id}: "
+              f"{plural(count, 'line')} of a development build")
+    for exc in report.corrupt:
+        print(f"skipped corrupt {exc}", file=sys.stderr)
+    done = "would rewrite" if args.dry_run else "rewrote"
+    print(f"{done} {plural(len(report.upgraded), 'thread')} in format versions 1 and 2 "
+          f"({plural(lines, 'line')} of a development build); "
+          f"{plural(len(report.current), 'thread')} already in versions 1 and 2"
+          + (f"; {plural(len(report.corrupt), 'corrupt thread')} skipped (see `verify`)" if report.corrupt else ""))
+    return EXIT_CORRUPT if report.corrupt else 0
 
 
 def cmd_reindex(args: types.SimpleNamespace) -> int:

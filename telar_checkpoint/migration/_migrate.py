@@ -216,13 +216,16 @@ def _built_from_records(target: TelarSaver, records: Iterable[CheckpointRecord])
 
 
 def _built_from_text(source: TelarSaver, target: TelarSaver, thread_id: str) -> _Built | None:
-    """The source's string, validated by decoding it with the target's codec, trimmed to its max_history."""
+    """The source's string, validated by decoding it with the target's codec, trimmed to its max_history
+    (rendered again if it holds lines of a development build)."""
     text = source.store.read(thread_id)
     if text is None:
         return None
     history = source.codec.parse(thread_id, text)
     target.codec.decode_history(thread_id, text)  # every value readable by the target
-    if history.torn is not None:
+    if history.development_lines:  # written in versions 1 and 2 (the same records)
+        text = history.clone().render()
+    elif history.torn is not None:
         text = text[: len(text) - len(history.torn)]
     if target.max_history is not None:
         text = target.codec.trim(text, target.max_history)
