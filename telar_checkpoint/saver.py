@@ -181,13 +181,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     def _history_steps(self, thread_id: str) -> Steps[History]:
         """The thread's parsed history, read only when the store's version says it changed."""
-        version = yield call(self.store, "version", thread_id)
+        version = yield call(self.store.version, self.store.aversion, thread_id)
         cached = self._histories.get(thread_id, version)
         if cached is not None:
             return cached
-        text = yield call(self.store, "read", thread_id)
-        version_after = (yield call(self.store, "version", thread_id)) if version is not None else None
-        return (yield call(self, "_parsed", thread_id, version, text, version_after))
+        text = yield call(self.store.read, self.store.aread, thread_id)
+        version_after = (yield call(self.store.version, self.store.aversion, thread_id)) if version is not None else None
+        return (yield call(self._parsed, self._aparsed, thread_id, version, text, version_after))
 
     def _history(self, thread_id: str) -> History:
         return run(self._history_steps(thread_id))
@@ -310,27 +310,28 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             if lines is not None:
                 version, history, suffix = lines
                 if terms and (new := self._new_terms(thread_id, terms)):
-                    yield call(self.store, "index", thread_id, new)
+                    yield call(self.store.index, self.store.aindex, thread_id, new)
                     self._recorded_terms(thread_id, new)
-                if not suffix and (yield call(self.store, "version", thread_id)) == version:
+                if not suffix and (yield call(self.store.version, self.store.aversion, thread_id)) == version:
                     return False
                 new_version = None
                 if suffix:
-                    new_version = yield call(self.store, "append_if_deferred", thread_id, suffix, version)
+                    new_version = yield call(self.store.append_if_deferred, self.store.aappend_if_deferred, thread_id, suffix, version)
                 if new_version is not None:
                     self._histories.keep(thread_id, new_version, history)
                     return self.store.deferred_appends
             if terms:
-                yield call(self.store, "index", thread_id, terms)
+                yield call(self.store.index, self.store.aindex, thread_id, terms)
                 self._recorded_terms(thread_id, terms)
-            self._after_update(thread_id, *(yield call(self.store, "update_versioned", thread_id, self._changes(carried, change))))
+            update = call(self.store.update_versioned, self.store.aupdate_versioned, thread_id, self._changes(carried, change))
+            self._after_update(thread_id, *(yield update))
         return False
 
     def _flush_steps(self, thread_id: str, carried: Batch | None, unflushed: bool) -> Steps[None]:
         """Make an `unflushed` append durable, then let the writers of the batch it carried return."""
         with carrying(carried, finish=True):
             if unflushed:
-                yield call(self.store, "flush", thread_id)
+                yield call(self.store.flush, self.store.aflush, thread_id)
 
     async def _awrite(
         self, thread_id: str, make_edit: Any, change: Any, writes: bool = False, terms: set[str] | None = None
@@ -477,12 +478,12 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def _rebuild_index_steps(self) -> Steps[int]:
         count = 0
         if self.store.indexes:
-            for thread_id in list((yield call(self.store, "keys"))):
-                text = yield call(self.store, "read", thread_id)
+            for thread_id in list((yield call(self.store.keys, self.store.akeys))):
+                text = yield call(self.store.read, self.store.aread, thread_id)
                 if text is not None:
-                    yield call(self.store, "index", thread_id, self._history_terms(thread_id, text))
+                    yield call(self.store.index, self.store.aindex, thread_id, self._history_terms(thread_id, text))
                     count += 1
-            yield call(self.store, "set_index_ready")
+            yield call(self.store.set_index_ready, self.store.aset_index_ready)
         self._recorded.clear()
         self._index_checked = self.store.indexes
         return count
@@ -502,7 +503,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         if not self.store.indexes:
             return False
         if not self._index_checked:
-            if not (yield call(self.store, "index_ready")):
+            if not (yield call(self.store.index_ready, self.store.aindex_ready)):
                 yield from self._rebuild_index_steps()
             self._index_checked = True
         return True
@@ -511,7 +512,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         """The threads that may hold checkpoints matching `filter`, in order, emitted: those the
         index records under every term of the filter, else every thread, a page at a time."""
         if not (yield from self._index_usable_steps()):
-            for thread_id in sorted((yield call(self.store, "keys"))):
+            for thread_id in sorted((yield call(self.store.keys, self.store.akeys))):
                 yield Emit(thread_id)
             return
         terms = filter_terms(filter) if filter else None
@@ -519,7 +520,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             yield from _intersection_steps(terms, self.store)
             return
         after = None
-        while page := (yield call(self.store, "sorted_keys", after, KEYS_PAGE)):
+        while page := (yield call(self.store.sorted_keys, self.store.asorted_keys, after, KEYS_PAGE)):
             for thread_id in page:
                 yield Emit(thread_id)
             after = page[-1]
@@ -551,10 +552,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def _runs_threads_steps(self, runs: set[str]) -> Steps[list[str]]:
         """The threads that may hold checkpoints of these runs."""
         if not (yield from self._index_usable_steps()):
-            return sorted((yield call(self.store, "keys")))
+            return sorted((yield call(self.store.keys, self.store.akeys)))
         threads: set[str] = set()
         for run_id in runs:
-            threads.update((yield call(self.store, "indexed", run_term(run_id))))
+            threads.update((yield call(self.store.indexed, self.store.aindexed, run_term(run_id))))
         return sorted(threads)
 
     def _stale_run_terms(self, thread_id: str, runs: set[str], new: str | None) -> set[str]:
@@ -574,24 +575,24 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     def _delete_for_runs_steps(self, runs: set[str]) -> Steps[None]:
         for thread_id in (yield from self._runs_threads_steps(runs)):
-            new = yield call(self, "rewrite", thread_id, lambda old: self.codec.remove_runs(old, runs))
+            new = yield call(self.rewrite, self.arewrite, thread_id, lambda old: self.codec.remove_runs(old, runs))
             if stale := self._stale_run_terms(thread_id, runs, new):
-                yield call(self.store, "unindex", thread_id, stale)
+                yield call(self.store.unindex, self.store.aunindex, thread_id, stale)
 
     def _copy_steps(self, source: str, target: str) -> Steps[None]:
-        text = yield call(self.store, "read", source)
+        text = yield call(self.store.read, self.store.aread, source)
         if text is not None:
             self.codec.parse(source, text)  # refuse to copy a corrupt history
-            yield call(self, "rewrite", target, lambda old: text, text=text)
+            yield call(self.rewrite, self.arewrite, target, lambda old: text, text=text)
 
     def _prune_steps(self, thread_ids: Sequence[str], strategy: str) -> Steps[None]:
         strategy = _check_strategy(strategy)
         for thread_id in map(str, thread_ids):
             self._recorded.pop(thread_id, None)
             if strategy == "delete":
-                yield call(self.store, "delete", thread_id)
+                yield call(self.store.delete, self.store.adelete, thread_id)
             else:
-                yield call(self, "rewrite", thread_id, self.codec.keep_latest)
+                yield call(self.rewrite, self.arewrite, thread_id, self.codec.keep_latest)
 
     # --- sync API -------------------------------------------------------------------
 
@@ -718,7 +719,7 @@ def _intersection_steps(terms: list[str], store: Store) -> Stream:
     (a zig-zag join), so the cost follows the keys found, not how many keys each term holds."""
     if len(terms) == 1:
         start: str | None = None
-        while page := (yield call(store, "indexed", terms[0], start, KEYS_PAGE)):
+        while page := (yield call(store.indexed, store.aindexed, terms[0], start, KEYS_PAGE)):
             for key in page:
                 yield Emit(key)
             start = page[-1] + "\x00"
@@ -726,7 +727,7 @@ def _intersection_steps(terms: list[str], store: Store) -> Stream:
     candidate = ""
     while True:
         for term in terms:
-            found = yield call(store, "indexed", term, candidate, 1)
+            found = yield call(store.indexed, store.aindexed, term, candidate, 1)
             if not found:
                 return
             if found[0] != candidate:

@@ -1,31 +1,34 @@
 """Operations written once, as generators of calls, and run sync or async by a small driver.
 
 An operation that needs a store (or the saver's own methods that wait) yields `Call`s and is
-sent back each call's result; `run` makes the calls as they are, `arun` awaits their async
-twins, named by the project's rule (``read`` → ``aread``, ``_history`` → ``_ahistory``). So
-the logic of an operation is written once and only the waiting differs, as in `h11` or any
-sans-IO protocol library.
+sent back each call's result. A call names both methods it may make, the sync one and its async
+twin (`call(store.read, store.aread, key)`), so a reader, a type checker and "go to definition"
+follow either; `run` makes the sync calls, `arun` awaits the async ones. So the logic of an
+operation is written once and only the waiting differs, as in `h11` or any sans-IO protocol
+library.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 R = TypeVar("R")
+P = ParamSpec("P")
 
 
 class Call(NamedTuple):
-    """One call an operation asks for: `target.name(*args, **kwargs)`."""
+    """One call an operation asks for: `sync(*args, **kwargs)`, or `await async_(*args, **kwargs)`."""
 
-    target: Any
-    name: str
+    sync: Callable[..., Any]
+    async_: Callable[..., Awaitable[Any]]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = {}  # never changed: a default shared by every call is safe
 
 
-def call(target: Any, name: str, *args: Any, **kwargs: Any) -> Call:
-    return Call(target, name, args, kwargs)
+def call(sync: Callable[P, R], async_: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs) -> Call:
+    """The call of `sync` (run sync) or `async_` (run async), with the same arguments."""
+    return Call(sync, async_, args, kwargs)
 
 
 class Emit(NamedTuple):
@@ -36,11 +39,6 @@ class Emit(NamedTuple):
 
 Steps = Generator[Call, Any, R]
 Stream = Generator["Call | Emit", Any, None]
-
-
-def async_name(name: str) -> str:
-    """The async twin of a method: ``read`` → ``aread``, ``_history`` → ``_ahistory``."""
-    return f"_a{name[1:]}" if name.startswith("_") else f"a{name}"
 
 
 def run(steps: Steps[R]) -> R:
@@ -79,11 +77,11 @@ def astream(steps: Stream) -> AsyncIterator[Any]:
 
 
 async def _call(step: Call) -> Any:
-    return getattr(step.target, step.name)(*step.args, **step.kwargs)
+    return step.sync(*step.args, **step.kwargs)
 
 
 async def _acall(step: Call) -> Any:
-    return await getattr(step.target, async_name(step.name))(*step.args, **step.kwargs)
+    return await step.async_(*step.args, **step.kwargs)
 
 
 async def _result(steps: Generator[Any, Any, Any], invoke: Callable[[Call], Awaitable[Any]]) -> Any:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from telar_checkpoint.steps import Emit, Steps, Stream, arun, astream, async_name, call, run, stream
+from telar_checkpoint.steps import Emit, Steps, Stream, arun, astream, call, run, stream
 
 
 class Target:
@@ -29,9 +29,9 @@ class Target:
 
 
 def operation(target: Target) -> Steps[list[str]]:
-    got = [(yield call(target, "read", "a")), (yield call(target, "read", "b", default="!"))]
+    got = [(yield call(target.read, target.aread, "a")), (yield call(target.read, target.aread, "b", default="!"))]
     try:
-        yield call(target, "_fail")
+        yield call(target._fail, target._afail)
     except LookupError as exc:  # a call's error is raised inside the operation
         got.append(f"caught {exc}")
     return got
@@ -51,7 +51,7 @@ def test_arun_awaits_the_async_twins() -> None:
 
 def test_an_error_the_operation_does_not_handle_reaches_the_caller() -> None:
     def failing(target: Target) -> Steps[None]:
-        yield call(target, "_fail")
+        yield call(target._fail, target._afail)
 
     with pytest.raises(LookupError, match="sync"):
         run(failing(Target()))
@@ -59,16 +59,11 @@ def test_an_error_the_operation_does_not_handle_reaches_the_caller() -> None:
         asyncio.run(arun(failing(Target())))
 
 
-@pytest.mark.parametrize(("name", "twin"), [("read", "aread"), ("_history", "_ahistory"), ("index_ready", "aindex_ready")])
-def test_async_names(name: str, twin: str) -> None:
-    assert async_name(name) == twin
-
-
 def counting(target: Target, log: list[str]) -> Stream:
     """Emits the reads of keys a, b, c as it makes them, and notes when it stops."""
     try:
         for key in "abc":
-            yield Emit((yield call(target, "read", key)))
+            yield Emit((yield call(target.read, target.aread, key)))
     finally:
         log.append("stopped")
 
@@ -97,7 +92,7 @@ def test_astream_awaits_the_async_twins() -> None:
 def test_a_stream_raises_the_errors_it_does_not_handle() -> None:
     def failing(target: Target) -> Stream:
         yield Emit(1)
-        yield call(target, "_fail")
+        yield call(target._fail, target._afail)
 
     values = stream(failing(Target()))
     assert next(values) == 1
