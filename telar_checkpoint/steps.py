@@ -10,7 +10,7 @@ library.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 R = TypeVar("R")
@@ -44,96 +44,65 @@ Stream = Generator["Call | Emit", Any, None]
 def run(steps: Steps[R]) -> R:
     """Run an operation, making each call it asks for; its result. A call's error is raised
     inside the operation, where it may handle it."""
-    return _complete(_result(steps, _call))  # type: ignore[no-any-return]
+    done: list[R] = []
+    for _ in stream(_returning(steps, done)):
+        pass
+    return done[0]
 
 
 async def arun(steps: Steps[R]) -> R:
     """`run`, awaiting the async twin of each call."""
-    return await _result(steps, _acall)  # type: ignore[no-any-return]
+    done: list[R] = []
+    async for _ in astream(_returning(steps, done)):
+        pass
+    return done[0]
+
+
+def _returning(steps: Steps[R], done: list[R]) -> Stream:
+    """`steps` as a stream that emits nothing, its result put in `done`."""
+    done.append((yield from steps))
 
 
 def stream(steps: Stream) -> Iterator[Any]:
     """Run a streaming operation, making each call it asks for; the values it emits, as they
     come (the operation stops where its reader stops)."""
-    values = _emitted(steps, _call)
+    reply: Any = None
+    error: BaseException | None = None
     try:
         while True:
             try:
-                value = _complete(values.__anext__())
-            except StopAsyncIteration:
+                step = steps.throw(error) if error is not None else steps.send(reply)
+            except StopIteration:
                 return
-            yield value
+            if isinstance(step, Emit):
+                reply, error = None, None
+                yield step.value
+                continue
+            try:
+                reply, error = step.sync(*step.args, **step.kwargs), None
+            except BaseException as exc:
+                reply, error = None, exc
     finally:
-        _complete(values.aclose())
+        steps.close()
 
 
-def astream(steps: Stream) -> AsyncIterator[Any]:
+async def astream(steps: Stream) -> AsyncIterator[Any]:
     """`stream`, awaiting the async twin of each call."""
-    return _emitted(steps, _acall)
-
-
-# --- the one driver: an async loop, which `run` and `stream` complete without an event loop,
-# as their calls never suspend it --------------------------------------------------------------
-
-
-async def _call(step: Call) -> Any:
-    return step.sync(*step.args, **step.kwargs)
-
-
-async def _acall(step: Call) -> Any:
-    return await step.async_(*step.args, **step.kwargs)
-
-
-async def _result(steps: Generator[Any, Any, Any], invoke: Callable[[Call], Awaitable[Any]]) -> Any:
-    """Run `steps`, each call through `invoke`; their result."""
-    reply, error = None, None
-    while True:
-        done, step = _advance(steps, reply, error)
-        if done:
-            return step
-        reply, error = await _invoke(invoke, step)
-
-
-async def _emitted(steps: Generator[Any, Any, Any], invoke: Callable[[Call], Awaitable[Any]]) -> AsyncGenerator[Any, None]:
-    """Run `steps`, each call through `invoke`; what they emit."""
-    reply, error = None, None
-    while True:
-        done, step = _advance(steps, reply, error)
-        if done:
-            return
-        if isinstance(step, Emit):
-            reply, error = None, None
-            yield step.value
-        else:
-            reply, error = await _invoke(invoke, step)
-
-
-async def _invoke(invoke: Callable[[Call], Awaitable[Any]], step: Call) -> tuple[Any, BaseException | None]:
-    """A call's (result, None), or (None, its error) to raise inside the operation."""
+    reply: Any = None
+    error: BaseException | None = None
     try:
-        return await invoke(step), None
-    except BaseException as exc:
-        return None, exc
-
-
-def _advance(steps: Generator[Any, Any, Any], reply: Any, error: BaseException | None) -> tuple[bool, Any]:
-    """Resume the operation with a call's result (or error): (True, its result) when it is
-    done, else (False, its next step)."""
-    try:
-        return False, steps.throw(error) if error is not None else steps.send(reply)
-    except StopIteration as stop:
-        return True, stop.value
-
-
-_SUSPENDED = "an operation run without an event loop awaited something that suspends"
-
-
-def _complete(awaitable: Any) -> Any:
-    """Run a coroutine (or one step of an async generator) that never suspends to its end:
-    its result (the value the step yielded)."""
-    try:
-        awaitable.send(None)
-    except StopIteration as stop:
-        return stop.value
-    awaitable.close()
-    raise RuntimeError(_SUSPENDED)
+        while True:
+            try:
+                step = steps.throw(error) if error is not None else steps.send(reply)
+            except StopIteration:
+                return
+            if isinstance(step, Emit):
+                reply, error = None, None
+                yield step.value
+                continue
+            try:
+                reply, error = await step.async_(*step.args, **step.kwargs), None
+            except BaseException as exc:
+                reply, error = None, exc
+    finally:
+        steps.close()
