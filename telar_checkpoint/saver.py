@@ -38,7 +38,8 @@ from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
 from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.file import FileStore
-from telar_checkpoint.terms import filter_terms, history_terms, metadata_terms, run_term
+from telar_checkpoint.terms import metadata_terms
+from telar_checkpoint.thread_index import ThreadIndex
 from telar_checkpoint.writer_locks import AsyncTurns, Batch, Lingers, Turns, WriterLocks, carrying
 
 DEFAULT_DIRECTORY = ".telar-checkpoint"
@@ -46,8 +47,6 @@ DEFAULT_DIRECTORY = ".telar-checkpoint"
 # worker thread by the async methods, not on the event loop (about 9 ms of parsing).
 OFF_LOOP_CHARS = 256 * 1024
 WRITES_LINGER = 0.002  # at most, seconds a put_writes may wait for the next write to carry its lines
-KEYS_PAGE = 100  # threads asked of the store at a time by `list(None, ...)`
-TERMS_KEPT = 4096  # threads whose recorded index terms a saver remembers
 Version = int | str
 _Lines = tuple[Hashable, History, str]  # what to append: the version it needs, the history it makes, the text
 
@@ -110,8 +109,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._parses = ParseCache()
         self._writers = WriterLocks()
         self._lingers = Lingers(WRITES_LINGER if self.store.carry_writes else 0.0)
-        self._recorded: dict[str, set[str]] = {}  # thread -> index terms this saver recorded for it
-        self._index_checked = False  # whether the store's index was found ready (or rebuilt)
+        self._index = ThreadIndex(self.store, self.codec)
 
     @classmethod
     def from_conn_string(cls, url: str, **options: Any) -> _SaverContext:
@@ -148,7 +146,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             keep_finished_subgraphs=self.codec.keep_finished_subgraphs,
         )
         clone._writers, clone._lingers = self._writers, self._lingers  # one saver's writers take turns
-        clone._recorded = self._recorded
+        clone._index = self._index
         return clone
 
     # --- pure pieces, shared by the sync and async methods ------------------------
@@ -309,9 +307,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         with carrying(carried):
             if lines is not None:
                 version, history, suffix = lines
-                if terms and (new := self._new_terms(thread_id, terms)):
+                if terms and (new := self._index.new_terms(thread_id, terms)):
                     yield call(self.store.index, self.store.aindex, thread_id, new)
-                    self._recorded_terms(thread_id, new)
+                    self._index.recorded(thread_id, new)
                 if not suffix and (yield call(self.store.version, self.store.aversion, thread_id)) == version:
                     return False
                 new_version = None
@@ -322,7 +320,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                     return self.store.deferred_appends
             if terms:
                 yield call(self.store.index, self.store.aindex, thread_id, terms)
-                self._recorded_terms(thread_id, terms)
+                self._index.recorded(thread_id, terms)
             update = call(self.store.update_versioned, self.store.aupdate_versioned, thread_id, self._changes(carried, change))
             self._after_update(thread_id, *(yield update))
         return False
@@ -455,82 +453,21 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 result[ch]["seed"] = seeds[ch]
         return result
 
-    # --- the index: terms recorded before the writes that hold them (see `Store.index`) ---
-
-    def _new_terms(self, thread_id: str, terms: set[str]) -> set[str]:
-        """The terms of a put that this saver has not recorded for the thread yet."""
-        return terms - self._recorded.get(thread_id, set())
-
-    def _recorded_terms(self, thread_id: str, terms: set[str]) -> None:
-        if len(self._recorded) >= TERMS_KEPT and thread_id not in self._recorded:
-            self._recorded.clear()
-        self._recorded.setdefault(thread_id, set()).update(terms)
-
-    def _history_terms(self, thread_id: str, text: str) -> set[str]:
-        """The terms of a whole history (none for a damaged one: the scans that find it, verify
-        and repair, read every thread)."""
-        try:
-            history = self.codec.parse(thread_id, text)
-        except TelarError:
-            return set()
-        return history_terms(e.line.metadata for e in history.entries.values())
-
-    def _rebuild_index_steps(self) -> Steps[int]:
-        count = 0
-        if self.store.indexes:
-            for thread_id in list((yield call(self.store.keys, self.store.akeys))):
-                text = yield call(self.store.read, self.store.aread, thread_id)
-                if text is not None:
-                    yield call(self.store.index, self.store.aindex, thread_id, self._history_terms(thread_id, text))
-                    count += 1
-            yield call(self.store.set_index_ready, self.store.aset_index_ready)
-        self._recorded.clear()
-        self._index_checked = self.store.indexes
-        return count
-
     def rebuild_index(self) -> int:
         """Record the index terms of every thread the store holds, reading each once, then note
         the index ready; the number of threads read. The saver does this itself before it first
         uses an index that is not ready; call it after editing a file store's threads by hand."""
-        return run(self._rebuild_index_steps())
+        return run(self._index.rebuild_steps())
 
     async def arebuild_index(self) -> int:
-        return await arun(self._rebuild_index_steps())
-
-    def _index_usable_steps(self) -> Steps[bool]:
-        """Whether to look threads up in the store's index, rebuilding it first when it is not
-        ready (a store written by a release without one): once per saver."""
-        if not self.store.indexes:
-            return False
-        if not self._index_checked:
-            if not (yield call(self.store.index_ready, self.store.aindex_ready)):
-                yield from self._rebuild_index_steps()
-            self._index_checked = True
-        return True
-
-    def _threads_steps(self, filter: dict[str, Any] | None) -> Stream:
-        """The threads that may hold checkpoints matching `filter`, in order, emitted: those the
-        index records under every term of the filter, else every thread, a page at a time."""
-        if not (yield from self._index_usable_steps()):
-            for thread_id in sorted((yield call(self.store.keys, self.store.akeys))):
-                yield Emit(thread_id)
-            return
-        terms = filter_terms(filter) if filter else None
-        if terms is not None:
-            yield from _intersection_steps(terms, self.store)
-            return
-        after = None
-        while page := (yield call(self.store.sorted_keys, self.store.asorted_keys, after, KEYS_PAGE)):
-            for thread_id in page:
-                yield Emit(thread_id)
-            after = page[-1]
+        return await arun(self._index.rebuild_steps())
 
     def _list_steps(
         self, config: RunnableConfig | None, filter: dict[str, Any] | None, before: RunnableConfig | None, limit: int | None
     ) -> Stream:
         """`list`, written once: the tuples that match, emitted thread by thread."""
         matches = self._matches(config, filter, before)
-        threads = self._threads_steps(filter) if config is None else _emit(_thread_and_ns(config)[0])
+        threads = self._index.threads_steps(filter) if config is None else _emit(_thread_and_ns(config)[0])
         reply = None
         while True:  # the threads are emitted by `threads`, whose calls are passed on to the driver
             try:
@@ -549,34 +486,12 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 if limit is not None:
                     limit -= 1
 
-    def _runs_threads_steps(self, runs: set[str]) -> Steps[list[str]]:
-        """The threads that may hold checkpoints of these runs."""
-        if not (yield from self._index_usable_steps()):
-            return sorted((yield call(self.store.keys, self.store.akeys)))
-        threads: set[str] = set()
-        for run_id in runs:
-            threads.update((yield call(self.store.indexed, self.store.aindexed, run_term(run_id))))
-        return sorted(threads)
-
-    def _stale_run_terms(self, thread_id: str, runs: set[str], new: str | None) -> set[str]:
-        """The run terms a thread no longer needs once `delete_for_runs` left it `new`."""
-        self._recorded.pop(thread_id, None)
-        if new is None or not self.store.indexes:
-            return set()
-        return {run_term(r) for r in runs} - self._history_terms(thread_id, new)
-
     # --- operations on whole threads, written once for the sync and async methods ---
 
-    def _text_terms(self, thread_id: str, text: str | None) -> set[str] | None:
-        if text is None or not self.store.indexes:
-            return None
-        self._recorded.pop(thread_id, None)
-        return self._history_terms(thread_id, text)
-
     def _delete_for_runs_steps(self, runs: set[str]) -> Steps[None]:
-        for thread_id in (yield from self._runs_threads_steps(runs)):
+        for thread_id in (yield from self._index.runs_threads_steps(runs)):
             new = yield call(self.rewrite, self.arewrite, thread_id, lambda old: self.codec.remove_runs(old, runs))
-            if stale := self._stale_run_terms(thread_id, runs, new):
+            if stale := self._index.stale_run_terms(thread_id, runs, new):
                 yield call(self.store.unindex, self.store.aunindex, thread_id, stale)
 
     def _copy_steps(self, source: str, target: str) -> Steps[None]:
@@ -588,7 +503,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def _prune_steps(self, thread_ids: Sequence[str], strategy: str) -> Steps[None]:
         strategy = _check_strategy(strategy)
         for thread_id in map(str, thread_ids):
-            self._recorded.pop(thread_id, None)
+            self._index.forget(thread_id)
             if strategy == "delete":
                 yield call(self.store.delete, self.store.adelete, thread_id)
             else:
@@ -618,7 +533,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._write(thread_id, *self._writes_change(thread_id, ns, cid, task_id, items, task_path), writes=True)
 
     def delete_thread(self, thread_id: str) -> None:
-        self._recorded.pop(str(thread_id), None)
+        self._index.forget(str(thread_id))
         self.store.delete(str(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -640,7 +555,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         index terms are recorded before it is written. A change that only removes checkpoints
         needs none (an index may name a thread that no longer holds a term, never the reverse)."""
         rewrite = _Rewrite(change)
-        self._write(thread_id, _whole, rewrite, terms=self._text_terms(thread_id, text))
+        self._write(thread_id, _whole, rewrite, terms=self._index.text_terms(thread_id, text))
         return rewrite.result()
 
     def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
@@ -676,7 +591,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         await self._awrite(thread_id, *self._writes_change(thread_id, ns, cid, task_id, items, task_path), writes=True)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        self._recorded.pop(str(thread_id), None)
+        self._index.forget(str(thread_id))
         await self.store.adelete(str(thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -690,7 +605,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     async def arewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
         rewrite = _Rewrite(change)
-        await self._awrite(thread_id, _whole, rewrite, terms=self._text_terms(thread_id, text))
+        await self._awrite(thread_id, _whole, rewrite, terms=self._index.text_terms(thread_id, text))
         return rewrite.result()
 
     async def aget_delta_channel_history(
@@ -711,31 +626,6 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         if isinstance(current, str):
             return f"{int(current.split('.')[0]) + 1:032}.{0:016}"
         return int(current) + 1
-
-
-def _intersection_steps(terms: list[str], store: Store) -> Stream:
-    """The keys recorded under every term, in order, a page at a time, emitted. One term's keys
-    come page by page; several terms' by seeking each in turn to the least key they could share
-    (a zig-zag join), so the cost follows the keys found, not how many keys each term holds."""
-    if len(terms) == 1:
-        start: str | None = None
-        while page := (yield call(store.indexed, store.aindexed, terms[0], start, KEYS_PAGE)):
-            for key in page:
-                yield Emit(key)
-            start = page[-1] + "\x00"
-        return
-    candidate = ""
-    while True:
-        for term in terms:
-            found = yield call(store.indexed, store.aindexed, term, candidate, 1)
-            if not found:
-                return
-            if found[0] != candidate:
-                candidate = found[0]
-                break
-        else:
-            yield Emit(candidate)
-            candidate += "\x00"
 
 
 def _emit(value: Any) -> Stream:

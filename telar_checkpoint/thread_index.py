@@ -1,0 +1,146 @@
+"""The index of threads a saver keeps in its store: which threads hold a run id or a metadata value.
+
+`list(None, filter=...)` and `delete_for_runs` look threads up in it, where the store keeps one
+(`Store.indexes`), instead of reading every thread. A put's terms (`terms.metadata_terms`) are
+recorded before the write that holds them, so the index may name a thread that no longer holds
+a term, never the reverse. `ThreadIndex` remembers the terms this saver recorded, so that a put
+records only what is new; its operations are steps (steps.py), run sync or async by the saver.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from telar_checkpoint.codec import CheckpointCodec
+from telar_checkpoint.errors import TelarError
+from telar_checkpoint.steps import Emit, Steps, Stream, call
+from telar_checkpoint.stores.base import Store
+from telar_checkpoint.terms import filter_terms, history_terms, run_term
+
+KEYS_PAGE = 100  # threads asked of the store at a time by `list(None, ...)`
+TERMS_KEPT = 4096  # threads whose recorded index terms a saver remembers
+
+
+class ThreadIndex:
+    """A saver's view of its store's index: what it recorded, and the steps that use the index."""
+
+    def __init__(self, store: Store, codec: CheckpointCodec) -> None:
+        self.store, self.codec = store, codec
+        self._recorded: dict[str, set[str]] = {}  # thread -> index terms this saver recorded for it
+        self._checked = False  # whether the store's index was found ready (or rebuilt)
+
+    def new_terms(self, thread_id: str, terms: set[str]) -> set[str]:
+        """The terms of a put that this saver has not recorded for the thread yet."""
+        return terms - self._recorded.get(thread_id, set())
+
+    def recorded(self, thread_id: str, terms: set[str]) -> None:
+        """Remember that `terms` are recorded for the thread."""
+        if len(self._recorded) >= TERMS_KEPT and thread_id not in self._recorded:
+            self._recorded.clear()
+        self._recorded.setdefault(thread_id, set()).update(terms)
+
+    def forget(self, thread_id: str) -> None:
+        """Forget what was recorded for the thread (it was deleted or rewritten)."""
+        self._recorded.pop(thread_id, None)
+
+    def history_terms(self, thread_id: str, text: str) -> set[str]:
+        """The terms of a whole history (none for a damaged one: the scans that find it, verify
+        and repair, read every thread)."""
+        try:
+            history = self.codec.parse(thread_id, text)
+        except TelarError:
+            return set()
+        return history_terms(e.line.metadata for e in history.entries.values())
+
+    def text_terms(self, thread_id: str, text: str | None) -> set[str] | None:
+        """The terms to record before a rewrite stores `text` (None: nothing to record)."""
+        if text is None or not self.store.indexes:
+            return None
+        self.forget(thread_id)
+        return self.history_terms(thread_id, text)
+
+    def stale_run_terms(self, thread_id: str, runs: set[str], new: str | None) -> set[str]:
+        """The run terms a thread no longer needs once `delete_for_runs` left it `new`."""
+        self.forget(thread_id)
+        if new is None or not self.store.indexes:
+            return set()
+        return {run_term(r) for r in runs} - self.history_terms(thread_id, new)
+
+    def rebuild_steps(self) -> Steps[int]:
+        """Record the terms of every thread, then note the index ready; the threads read."""
+        count = 0
+        store = self.store
+        if store.indexes:
+            for thread_id in list((yield call(store.keys, store.akeys))):
+                text = yield call(store.read, store.aread, thread_id)
+                if text is not None:
+                    yield call(store.index, store.aindex, thread_id, self.history_terms(thread_id, text))
+                    count += 1
+            yield call(store.set_index_ready, store.aset_index_ready)
+        self._recorded.clear()
+        self._checked = store.indexes
+        return count
+
+    def usable_steps(self) -> Steps[bool]:
+        """Whether to look threads up in the store's index, rebuilding it first when it is not
+        ready (a store written by a release without one): once per saver."""
+        if not self.store.indexes:
+            return False
+        if not self._checked:
+            if not (yield call(self.store.index_ready, self.store.aindex_ready)):
+                yield from self.rebuild_steps()
+            self._checked = True
+        return True
+
+    def threads_steps(self, filter: dict[str, Any] | None) -> Stream:
+        """The threads that may hold checkpoints matching `filter`, in order, emitted: those the
+        index records under every term of the filter, else every thread, a page at a time."""
+        store = self.store
+        if not (yield from self.usable_steps()):
+            for thread_id in sorted((yield call(store.keys, store.akeys))):
+                yield Emit(thread_id)
+            return
+        terms = filter_terms(filter) if filter else None
+        if terms is not None:
+            yield from _intersection_steps(terms, store)
+            return
+        after = None
+        while page := (yield call(store.sorted_keys, store.asorted_keys, after, KEYS_PAGE)):
+            for thread_id in page:
+                yield Emit(thread_id)
+            after = page[-1]
+
+    def runs_threads_steps(self, runs: set[str]) -> Steps[list[str]]:
+        """The threads that may hold checkpoints of these runs."""
+        store = self.store
+        if not (yield from self.usable_steps()):
+            return sorted((yield call(store.keys, store.akeys)))
+        threads: set[str] = set()
+        for run_id in runs:
+            threads.update((yield call(store.indexed, store.aindexed, run_term(run_id))))
+        return sorted(threads)
+
+
+def _intersection_steps(terms: list[str], store: Store) -> Stream:
+    """The keys recorded under every term, in order, a page at a time, emitted. One term's keys
+    come page by page; several terms' by seeking each in turn to the least key they could share
+    (a zig-zag join), so the cost follows the keys found, not how many keys each term holds."""
+    if len(terms) == 1:
+        start: str | None = None
+        while page := (yield call(store.indexed, store.aindexed, terms[0], start, KEYS_PAGE)):
+            for key in page:
+                yield Emit(key)
+            start = page[-1] + "\x00"
+        return
+    candidate = ""
+    while True:
+        for term in terms:
+            found = yield call(store.indexed, store.aindexed, term, candidate, 1)
+            if not found:
+                return
+            if found[0] != candidate:
+                candidate = found[0]
+                break
+        else:
+            yield Emit(candidate)
+            candidate += "\x00"
