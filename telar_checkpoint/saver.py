@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, cast
@@ -30,17 +29,16 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord, check_max_history
-from telar_checkpoint.errors import TelarError, UsageError
+from telar_checkpoint.errors import UsageError
 from telar_checkpoint.history import Entry, History
-from telar_checkpoint.parse_cache import ParseCache, VersionedHistories
-from telar_checkpoint.rules import Rewrite
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
 from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.file import FileStore
 from telar_checkpoint.terms import metadata_terms
 from telar_checkpoint.thread_index import ThreadIndex
-from telar_checkpoint.writer_locks import AsyncTurns, Batch, Lingers, Turns, WriterLocks, carrying
+from telar_checkpoint.writer_locks import Lingers
+from telar_checkpoint.writing import PutCheckpoint, PutWrites, RewriteThread, Writer
 
 DEFAULT_DIRECTORY = ".telar-checkpoint"
 # A thread's history larger than this (characters) is parsed, and its checkpoint decoded, on a
@@ -48,7 +46,6 @@ DEFAULT_DIRECTORY = ".telar-checkpoint"
 OFF_LOOP_CHARS = 256 * 1024
 WRITES_LINGER = 0.002  # at most, seconds a put_writes may wait for the next write to carry its lines
 Version = int | str
-_Lines = tuple[Hashable, History, str]  # what to append: the version it needs, the history it makes, the text
 
 
 def _open_store(target: str | os.PathLike[str] | None) -> Store:
@@ -103,13 +100,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self.store: Store = store if isinstance(store, Store) else _open_store(store)
         self.max_history = max_history
         self.codec = CheckpointCodec(serde, keep_finished_subgraphs=keep_finished_subgraphs)
-        # The caches: parsed histories by the store's version (a hit reads nothing), and by the
-        # text a change was last given or made (an update that retries parses only what is new).
-        self._histories = VersionedHistories()
-        self._parses = ParseCache()
-        self._writers = WriterLocks()
-        self._lingers = Lingers(WRITES_LINGER if self.store.carry_writes else 0.0)
         self._index = ThreadIndex(self.store, self.codec)
+        self._writer = Writer(self.store, self._index, Lingers(WRITES_LINGER if self.store.carry_writes else 0.0))
 
     @classmethod
     def from_conn_string(cls, url: str, **options: Any) -> _SaverContext:
@@ -145,8 +137,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             self.store, max_history=self.max_history, serde=serde,
             keep_finished_subgraphs=self.codec.keep_finished_subgraphs,
         )
-        clone._writers, clone._lingers = self._writers, self._lingers  # one saver's writers take turns
         clone._index = self._index
+        clone._writer = self._writer.sharing_turns()  # one saver's writers take turns
         return clone
 
     # --- pure pieces, shared by the sync and async methods ------------------------
@@ -167,9 +159,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     # --- reading and writing a thread: the same steps, sync and async ---------------
 
     def _parsed(self, thread_id: str, version: Hashable | None, text: str | None, version_after: Hashable | None) -> History:
-        history = self._parses.parse(thread_id, text)
+        history = self._writer.parses.parse(thread_id, text)
         if version is not None and version_after == version:
-            self._histories.keep(thread_id, version, history)
+            self._writer.histories.keep(thread_id, version, history)
         return history
 
     async def _aparsed(self, thread_id: str, version: Hashable | None, text: str | None, version_after: Hashable | None) -> History:
@@ -180,7 +172,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def _history_steps(self, thread_id: str) -> Steps[History]:
         """The thread's parsed history, read only when the store's version says it changed."""
         version = yield call(self.store.version, self.store.aversion, thread_id)
-        cached = self._histories.get(thread_id, version)
+        cached = self._writer.histories.get(thread_id, version)
         if cached is not None:
             return cached
         text = yield call(self.store.read, self.store.aread, thread_id)
@@ -192,194 +184,6 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     async def _ahistory(self, thread_id: str) -> History:
         return await arun(self._history_steps(thread_id))
-
-    def _after_update(self, thread_id: str, new: str | None, version: Hashable | None) -> None:
-        """Keep the history an update stored (a damaged one, which only a rewrite leaves, is
-        not kept: it is read again, and its error raised, when it is next used)."""
-        if new is not None and version is not None:
-            try:
-                self._histories.keep(thread_id, version, self._parses.parse(thread_id, new))
-            except TelarError:
-                pass
-
-    def _join(self, turns: Turns | AsyncTurns, thread_id: str, make_edit: Any, change: Any) -> Batch | None:
-        """Leave the change with the thread's `Batch` for the next writer to append (see
-        `Lingers`); None when there is no kept history to build its lines on."""
-        batch = turns.batches.get(thread_id)
-        if batch is None:
-            cached = self._histories.latest(thread_id)
-            if cached is None or cached[1].must_rewrite:
-                return None
-            batch = Batch(cached[0], cached[1], turns.event())
-        if batch.history is not None:
-            history, edit = make_edit(batch.history)  # an error leaves the batch as it was
-            if isinstance(edit, Rewrite):
-                batch.history = None  # the batch goes the slow way
-            else:
-                batch.history, batch.text = history, batch.text + edit.text
-        batch.changes.append(change)
-        turns.batches[thread_id] = batch
-        return batch
-
-    def _take(self, turns: Turns | AsyncTurns, thread_id: str, make_edit: Any) -> tuple[Batch | None, _Lines | None]:
-        """The thread's waiting batch (taken from the turns) and the lines to append for it and
-        this change, with the version they need and the history they make; lines None: take
-        the slow path. Nothing is asked of the store: `append_if` only appends if the store is
-        still at that version, so a stale history costs a retry."""
-        carried = turns.batches.get(thread_id)
-        lines = self._lines(thread_id, carried, make_edit)
-        turns.batches.pop(thread_id, None)
-        return carried, lines
-
-    def _lines(self, thread_id: str, carried: Batch | None, make_edit: Any) -> _Lines | None:
-        """What `_take` appends: None for the slow path (a rewrite, or no kept history)."""
-        if make_edit is _whole:
-            return None
-        if carried is not None:
-            if carried.history is None:
-                return None
-            version, history, text = carried.version, carried.history, carried.text
-        else:
-            cached = self._histories.latest(thread_id)
-            if cached is None:
-                return None
-            version, history, text = cached[0], cached[1], ""
-        if make_edit is None:
-            return version, history, text
-        history, edit = make_edit(history)
-        return None if isinstance(edit, Rewrite) else (version, history, text + edit.text)
-
-    @staticmethod
-    def _changes(carried: Batch | None, change: Any) -> Any:
-        """The carried batch's changes and this one, as one change of the stored string."""
-        changes = [*(carried.changes if carried is not None else ()), *(() if change is None else (change,))]
-        if len(changes) == 1:
-            return changes[0]
-
-        def apply(old: str | None) -> str | None:
-            for each in changes:
-                old = each(old)
-            return old
-
-        return apply
-
-    def _write(self, thread_id: str, make_edit: Any, change: Any, writes: bool = False, terms: set[str] | None = None) -> None:
-        """Append the change's lines when the kept history is current, else update whole.
-
-        Writers of the thread take turns until their lines are appended; each then waits
-        for the disk on its own, so the next one can append meanwhile. Pending writes
-        may linger (see `Lingers`): LangGraph puts the step's checkpoint right after
-        them, so they wait, as a `Batch`, for that put to append them with its own line
-        in one store write. The store's group commit makes appends durable: one flush
-        serves every writer whose append came before it."""
-        turns = self._writers.sync(thread_id)
-        with turns:
-            linger = self._lingers.wrote(thread_id, writes=writes)
-            joined = self._join(turns, thread_id, make_edit, change) if linger else None
-            if joined is None:
-                carried, lines = self._take(turns, thread_id, make_edit)
-                unflushed = run(self._store_steps(thread_id, carried, lines, change, terms=terms))
-        if joined is None:
-            run(self._flush_steps(thread_id, carried, unflushed))
-            return
-        done = cast(threading.Event, joined.done)
-        if not done.wait(linger):
-            with turns:
-                mine = turns.batches.get(thread_id) is joined  # nobody came: write it ourselves
-                if mine:
-                    carried, lines = self._take(turns, thread_id, None)
-                    unflushed = run(self._store_steps(thread_id, carried, lines, None))
-            if mine:
-                run(self._flush_steps(thread_id, carried, unflushed))
-            done.wait()
-        joined.result()
-
-    def _store_steps(
-        self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Any, terms: set[str] | None = None
-    ) -> Steps[bool]:
-        """Append `lines` if the store is at their version, else update whole; whether the write
-        awaits the store's flush (an append to a store that defers, see `_flush_steps`). A failure
-        fails the carried batch too.
-        A put's index `terms` are recorded first (those this saver has not recorded for the thread
-        before an append; all of them before an update, as the thread may have been deleted, and
-        its terms with it, since), inside the turn: a write lingering for this put is carried, not
-        left to time out."""
-        with carrying(carried):
-            if lines is not None:
-                version, history, suffix = lines
-                if terms and (new := self._index.new_terms(thread_id, terms)):
-                    yield call(self.store.index, self.store.aindex, thread_id, new)
-                    self._index.recorded(thread_id, new)
-                if not suffix and (yield call(self.store.version, self.store.aversion, thread_id)) == version:
-                    return False
-                new_version = None
-                if suffix:
-                    new_version = yield call(self.store.append_if_deferred, self.store.aappend_if_deferred, thread_id, suffix, version)
-                if new_version is not None:
-                    self._histories.keep(thread_id, new_version, history)
-                    return self.store.deferred_appends
-            if terms:
-                yield call(self.store.index, self.store.aindex, thread_id, terms)
-                self._index.recorded(thread_id, terms)
-            update = call(self.store.update_versioned, self.store.aupdate_versioned, thread_id, self._changes(carried, change))
-            self._after_update(thread_id, *(yield update))
-        return False
-
-    def _flush_steps(self, thread_id: str, carried: Batch | None, unflushed: bool) -> Steps[None]:
-        """Make an `unflushed` append durable, then let the writers of the batch it carried return."""
-        with carrying(carried, finish=True):
-            if unflushed:
-                yield call(self.store.flush, self.store.aflush, thread_id)
-
-    async def _awrite(
-        self, thread_id: str, make_edit: Any, change: Any, writes: bool = False, terms: set[str] | None = None
-    ) -> None:
-        turns = self._writers.async_(thread_id)
-        async with turns:
-            linger = self._lingers.wrote(thread_id, writes=writes)
-            joined = self._join(turns, thread_id, make_edit, change) if linger else None
-            if joined is None:
-                carried, lines = self._take(turns, thread_id, make_edit)
-                unflushed = await arun(self._store_steps(thread_id, carried, lines, change, terms=terms))
-        if joined is None:
-            await arun(self._flush_steps(thread_id, carried, unflushed))
-            return
-        adone = cast(asyncio.Event, joined.done)
-        try:
-            await asyncio.wait_for(adone.wait(), linger)
-        except asyncio.TimeoutError:
-            async with turns:
-                mine = turns.batches.get(thread_id) is joined
-                if mine:
-                    carried, lines = self._take(turns, thread_id, None)
-                    unflushed = await arun(self._store_steps(thread_id, carried, lines, None))
-            if mine:
-                await arun(self._flush_steps(thread_id, carried, unflushed))
-            await adone.wait()
-        joined.result()
-
-    def _put_change(self, thread_id: str, record: CheckpointRecord, new_versions: ChannelVersions) -> tuple[Any, Any]:
-        """The put as an edit of a kept history and as a change of the stored string, its values
-        encoded now, before it waits its turn (see `PreparedRecord`)."""
-        prepared = self.codec.prepare(record, new_versions)
-        return self._change(thread_id, lambda history: self.codec.put_edit(history, prepared, self.max_history))
-
-    def _writes_change(self, thread_id: str, ns: str, cid: str, task_id: str, items: list, task_path: str) -> tuple[Any, Any]:
-        encoded = self.codec.encode_writes(items)  # now, before it waits its turn
-        return self._change(thread_id, lambda history: self.codec.writes_edit(history, ns, cid, task_id, encoded, task_path))
-
-    def _change(self, thread_id: str, make_edit: Any) -> tuple[Any, Any]:
-        """A change as an edit of a kept history, and as a change of the stored string (the same
-        edit, of the history last parsed or made from that string)."""
-
-        def change(old: str | None) -> str:
-            history = self._parses.parse(thread_id, old)
-            new, made = self.codec.apply(old, make_edit, thread_id=thread_id, history=history)
-            if new is not old:
-                self._parses.keep(thread_id, new, made)
-            return new
-
-        return make_edit, change
 
     def _get(self, config: RunnableConfig, history: History) -> CheckpointTuple | None:
         thread_id, ns = _thread_and_ns(config)
@@ -413,19 +217,25 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         found = (e for e in history.newest() if matches(e))
         return list(found if limit is None else islice(found, max(limit, 0)))
 
-    def _record(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata) -> tuple[str, CheckpointRecord]:
+    def _put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+    ) -> tuple[str, PutCheckpoint]:
+        """The put as a change, its values encoded now, before it waits its turn (see `PreparedRecord`)."""
         thread_id, ns = _thread_and_ns(config)
         parent = get_checkpoint_id(config)
         meta = _metadata(config, metadata)
-        return thread_id, CheckpointRecord(checkpoint, cast(CheckpointMetadata, meta), ns, parent)
+        record = CheckpointRecord(checkpoint, cast(CheckpointMetadata, meta), ns, parent)
+        terms = metadata_terms(record.metadata) if self.store.indexes else None
+        return thread_id, PutCheckpoint(self.codec, self.codec.prepare(record, new_versions), self.max_history, terms)
 
-    def _writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]]) -> tuple[str, str, str, list[tuple[int, str, Any]]]:
+    def _writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> tuple[str, PutWrites]:
+        """The writes as a change, their values encoded now, before it waits its turn."""
         thread_id, ns = _thread_and_ns(config)
         checkpoint_id = get_checkpoint_id(config)
         if not checkpoint_id:
             raise UsageError("put_writes needs a config with a checkpoint_id")
         items = [(WRITES_IDX_MAP.get(channel, i), channel, value) for i, (channel, value) in enumerate(writes)]
-        return thread_id, ns, checkpoint_id, items
+        return thread_id, PutWrites(self.codec, ns, checkpoint_id, task_id, task_path, self.codec.encode_writes(items))
 
     def _delta(self, config: RunnableConfig, history: History, channels: Sequence[str]) -> dict[str, DeltaChannelHistory]:
         """Per channel: the writes on the path to the target and the nearest stored value (the seed)."""
@@ -523,14 +333,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        thread_id, record = self._record(config, checkpoint, metadata)
-        terms = metadata_terms(record.metadata) if self.store.indexes else None
-        self._write(thread_id, *self._put_change(thread_id, record, new_versions), terms=terms)
-        return _config(thread_id, record.checkpoint_ns, record.id)
+        thread_id, change = self._put(config, checkpoint, metadata, new_versions)
+        self._writer.write(thread_id, change)
+        return _config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        thread_id, ns, cid, items = self._writes(config, writes)
-        self._write(thread_id, *self._writes_change(thread_id, ns, cid, task_id, items, task_path), writes=True)
+        thread_id, change = self._writes(config, writes, task_id, task_path)
+        self._writer.write(thread_id, change)
 
     def delete_thread(self, thread_id: str) -> None:
         self._index.forget(str(thread_id))
@@ -554,8 +363,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         `text`: the history the change writes, when known before (a copy, a migration): its
         index terms are recorded before it is written. A change that only removes checkpoints
         needs none (an index may name a thread that no longer holds a term, never the reverse)."""
-        rewrite = _Rewrite(change)
-        self._write(thread_id, _whole, rewrite, terms=self._index.text_terms(thread_id, text))
+        rewrite = RewriteThread(change, text)
+        self._writer.write(thread_id, rewrite)
         return rewrite.result()
 
     def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
@@ -581,14 +390,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     async def aput(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        thread_id, record = self._record(config, checkpoint, metadata)
-        terms = metadata_terms(record.metadata) if self.store.indexes else None
-        await self._awrite(thread_id, *self._put_change(thread_id, record, new_versions), terms=terms)
-        return _config(thread_id, record.checkpoint_ns, record.id)
+        thread_id, change = self._put(config, checkpoint, metadata, new_versions)
+        await self._writer.awrite(thread_id, change)
+        return _config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        thread_id, ns, cid, items = self._writes(config, writes)
-        await self._awrite(thread_id, *self._writes_change(thread_id, ns, cid, task_id, items, task_path), writes=True)
+        thread_id, change = self._writes(config, writes, task_id, task_path)
+        await self._writer.awrite(thread_id, change)
 
     async def adelete_thread(self, thread_id: str) -> None:
         self._index.forget(str(thread_id))
@@ -604,8 +412,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         await arun(self._prune_steps(thread_ids, strategy))
 
     async def arewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
-        rewrite = _Rewrite(change)
-        await self._awrite(thread_id, _whole, rewrite, terms=self._index.text_terms(thread_id, text))
+        rewrite = RewriteThread(change, text)
+        await self._writer.awrite(thread_id, rewrite)
         return rewrite.result()
 
     async def aget_delta_channel_history(
@@ -630,37 +438,6 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
 def _emit(value: Any) -> Stream:
     yield Emit(value)
-
-
-def _whole(history: History) -> None:
-    """The edit of a `rewrite`: none is made of a kept history, so that `_write` takes the path
-    that changes the whole string."""
-    return None
-
-
-class _Rewrite:
-    """A change of a whole history, as `_write` applies it: after the changes of the writes
-    it carries, in the store's update. Its error is kept for its own caller (`result`), so
-    that the carried writes are stored all the same."""
-
-    def __init__(self, change: Change) -> None:
-        self.change = change
-        self.new: str | None = None
-        self.error: Exception | None = None
-
-    def __call__(self, old: str | None) -> str | None:
-        self.error = None  # a store may call a change again, on what another writer stored
-        try:
-            self.new = self.change(old)
-        except Exception as exc:
-            self.error = exc
-            return old
-        return self.new
-
-    def result(self) -> str | None:
-        if self.error is not None:
-            raise self.error
-        return self.new
 
 
 def _metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:

@@ -78,15 +78,15 @@ class Batch:
 
     `version` is the store's version they append to and `history` the kept history
     with them added (None once a change needs a rewrite: the batch then goes the slow
-    way). `changes` are the same changes as functions of the stored string, for
-    when the store moved on. `done` is set once the batch is durable or failed.
+    way). `changes` are the changes themselves, applied to the stored string when the
+    store moved on. `done` is set once the batch is durable or failed.
     """
 
     def __init__(self, version: Any, history: History, done: threading.Event | asyncio.Event) -> None:
         self.version = version
         self.history: History | None = history
         self.text = ""
-        self.changes: list[Callable[[str | None], str]] = []
+        self.changes: list[Any] = []  # the typed changes (`writing.Change`) of its writers
         self.done = done
         self.error: BaseException | None = None
 

@@ -45,7 +45,7 @@ class Model:
         self.n, self.ids, self.msgs = 0, {"": [], "child:a": [], "child:b": []}, []
         self.batched, self.lingering = batched, []  # put_writes threads not joined yet
         if batched:
-            saver._lingers.wrote = lambda thread_id, *, writes: 0.05 if writes else 0.0  # type: ignore[method-assign]
+            saver._writer.lingers.wrote = lambda thread_id, *, writes: 0.05 if writes else 0.0  # type: ignore[method-assign]
 
     def settled(self) -> None:
         """Wait for every lingering put_writes to return."""
@@ -88,7 +88,7 @@ class Model:
         config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid}}
         args = (config, [(channel, value)], f"task-{task}", f"path-{task}")
         if self.batched:  # in its own thread, once its lines wait in the batch (or it wrote them)
-            turns = self.saver._writers.sync("t")
+            turns = self.saver._writer.locks.sync("t")
             queued = len(turns.batches["t"].changes) if "t" in turns.batches else 0
             writer = threading.Thread(target=self.saver.put_writes, args=args)
             writer.start()
@@ -112,7 +112,7 @@ def play(saver: TelarSaver, ops: list, batched: bool = False) -> None:
             assert saver.store.read("t") == model.text
             # What the writer kept, the string read afresh and its rewrite all say the same
             # (trimming appends floors that must cut on read exactly what the writer cut).
-            kept = saver._histories.latest("t")
+            kept = saver._writer.histories.latest("t")
             fresh = History.parse("t", model.text)
             expected = _summary(fresh)
             assert _summary(History.parse("t", History.parse("t", model.text).render())) == expected

@@ -30,12 +30,12 @@ def meta(step: int) -> dict:
 
 def lingering(saver: TelarSaver, seconds: float) -> None:
     """Make every put_writes of `saver` linger `seconds` (the real linger is learned)."""
-    saver._lingers.wrote = lambda thread_id, *, writes: seconds if writes else 0.0  # type: ignore[method-assign]
+    saver._writer.lingers.wrote = lambda thread_id, *, writes: seconds if writes else 0.0  # type: ignore[method-assign]
 
 
 def started(saver: TelarSaver, checkpoint_id: str, task: str, value: object = 1) -> threading.Thread:
     """A put_writes in a thread of its own, once its lines wait in the thread's batch."""
-    turns = saver._writers.sync("t")
+    turns = saver._writer.locks.sync("t")
     before = len(turns.batches["t"].changes) if "t" in turns.batches else 0
     writer = threading.Thread(target=saver.put_writes, args=(config(checkpoint_id=checkpoint_id), [("ch", value)], task))
     writer.start()
@@ -99,7 +99,7 @@ def test_a_lingering_write_that_no_writer_follows_writes_itself() -> None:
     saver.put_writes(config(checkpoint_id=first["id"]), [("ch", 7)], "task")
     assert time.monotonic() - began >= 0.04  # it waited out its linger first
     assert saver.get_tuple(config()).pending_writes == [("task", "ch", 7)]
-    assert "t" not in saver._writers.sync("t").batches
+    assert "t" not in saver._writer.locks.sync("t").batches
 
 
 def test_a_failed_carrier_fails_the_writes_it_carried() -> None:
@@ -117,7 +117,7 @@ def test_a_failed_carrier_fails_the_writes_it_carried() -> None:
             failures.append(exc)
 
     writer = threading.Thread(target=put_writes)
-    turns = saver._writers.sync("t")
+    turns = saver._writer.locks.sync("t")
     writer.start()
     deadline = time.monotonic() + 5
     while "t" not in turns.batches and time.monotonic() < deadline:
@@ -175,7 +175,7 @@ async def test_async_lingering_writes_ride_with_the_next_put(astore) -> None:
     lingering(saver, 30.0)
     appends = counted(astore, "aappend_if_deferred")
     writer = asyncio.create_task(saver.aput_writes(config(checkpoint_id=first["id"]), [("ch", 1)], "task"))
-    turns = saver._writers.async_("t")
+    turns = saver._writer.locks.async_("t")
     deadline = time.monotonic() + 5
     while "t" not in turns.batches and time.monotonic() < deadline:
         await asyncio.sleep(0)
@@ -206,7 +206,7 @@ def test_a_forked_child_neither_waits_on_nor_carries_its_parents_writers(tmp_pat
     first = first_checkpoint(saver)
     lingering(saver, 30.0)
     writer = started(saver, first["id"], "parent-task", 1)
-    turns = saver._writers.sync("t")
+    turns = saver._writer.locks.sync("t")
     turns.__enter__()
     pid = os.fork()
     if pid == 0:

@@ -1,7 +1,8 @@
 """The saver has one write path: nothing else in the library changes a stored thread.
 
 Every change of a thread but a delete (put, writes, delete_for_runs, prune, copy, migration,
-import, trim, repair) goes through `TelarSaver._write`, in turn with the saver's other writers.
+import, trim, repair, upgrade) goes through `writing.Writer.write`, in turn with the saver's other
+writers.
 This reads the library's source: a store's writing method called outside the stores and the
 saver's write path fails it, naming the place.
 """
@@ -17,7 +18,7 @@ WRITING = {"update", "update_versioned", "write", "append_if", "append_if_deferr
 WRITING |= {f"a{name}" for name in WRITING}
 PACKAGE = Path(telar_checkpoint.__file__).parent
 # The stores implement the methods; the store tests call them; the saver's write path is
-# the one caller (`_store_steps`, through the steps driver).
+# the one caller (`Writer._store_steps`, through the steps driver).
 ALLOWED = {PACKAGE / "stores", PACKAGE / "testing"}
 
 
@@ -39,9 +40,9 @@ def test_only_the_write_path_writes_a_thread() -> None:
     sources = [p for p in PACKAGE.rglob("*.py") if not any(p == a or a in p.parents for a in ALLOWED)]
     found = [place for path in sources for place in writing_calls(path)]
     assert len(sources) > 30
-    # the one place: the saver's `_store_steps` asks for the append and the update
+    # the one place: the write path's `Writer._store_steps` asks for the append and the update
     assert sorted(place.split(": ", 1)[1] for place in found) == [
-        "call(self.store.append_if_deferred, self.store.aappend_if_deferred, ...)",
-        "call(self.store.update_versioned, self.store.aupdate_versioned, ...)",
+        "call(store.append_if_deferred, store.aappend_if_deferred, ...)",
+        "call(store.update_versioned, store.aupdate_versioned, ...)",
     ], "\n".join(found)
-    assert all(place.startswith("telar_checkpoint/saver.py:") for place in found)
+    assert all(place.startswith("telar_checkpoint/writing.py:") for place in found)

@@ -101,7 +101,7 @@ def test_pending_writes_linger_only_on_stores_where_carrying_them_pays(tmp_path:
         lingers.wrote("t", writes=False)
         clock.now += 0.0003
         assert lingers.wrote("t", writes=True) == 0.0
-    assert TelarSaver(MemoryStore())._lingers.limit == 0.0
-    assert TelarSaver(FileStore(tmp_path))._lingers.limit == WRITES_LINGER
-    assert TelarSaver(SQLiteStore(tmp_path / "x.db"))._lingers.limit == WRITES_LINGER
+    assert TelarSaver(MemoryStore())._writer.lingers.limit == 0.0
+    assert TelarSaver(FileStore(tmp_path))._writer.lingers.limit == WRITES_LINGER
+    assert TelarSaver(SQLiteStore(tmp_path / "x.db"))._writer.lingers.limit == WRITES_LINGER
     assert PostgresStore.carry_writes and RedisStore.carry_writes
