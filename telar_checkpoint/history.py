@@ -430,13 +430,18 @@ class History:
 
     def parent_chain(self, ns: str, cid: str | None) -> list[str]:
         """`cid` and its stored ancestors in `ns`, newest first; stops at a cycle."""
-        chain: list[str] = []
+        return list(self.ancestors(ns, cid))
+
+    def ancestors(self, ns: str, cid: str | None) -> Iterator[str]:
+        """`parent_chain`, walked as it is read (a caller that stops early pays for what it read)."""
         seen: set[str] = set()
-        while cid is not None and cid not in seen and (ns, cid) in self.entries:
+        while cid is not None and cid not in seen:
+            entry = self.entries.get((ns, cid))
+            if entry is None:
+                return
             seen.add(cid)
-            chain.append(cid)
-            cid = self.entries[(ns, cid)].line.parent
-        return chain
+            yield cid
+            cid = entry.line.parent
 
     def _replace_for(self, line: CheckpointLine, head: Entry | None) -> set[Key]:
         """When a run moves on (a `loop` or `input` checkpoint whose parent is stored), drop
@@ -668,12 +673,12 @@ class History:
         counters = entry.line.metadata.get("counters_since_delta_snapshot") or {}
         needed = {ch for ch in counters if not entry.has(ch)}
         chain: list[str] = []
-        for cid in self.parent_chain(ns, entry.line.parent):
-            if not needed:
-                break
+        for cid in self.ancestors(ns, entry.line.parent) if needed else ():
             ancestor = self.entries[(ns, cid)].line
             chain.append(cid)
             needed -= ancestor.values.keys() | ancestor.appended.keys()
+            if not needed:
+                break
         return chain
 
 

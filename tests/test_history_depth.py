@@ -88,3 +88,29 @@ def test_trimming_never_breaks_delta_channel_state(store, max_history) -> None:
     assert len(graph.get_state(config()).values["messages"]) == 28
     # The stored history is bounded: the last N plus the chain back to the newest snapshot.
     assert stored_counts(saver)[0] <= max_history + 2 * 3
+
+
+def test_a_put_that_trims_a_thread_without_delta_channels_walks_no_parent_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trimming keeps the ancestors a DeltaChannel needs; a thread with none needs no walk, so a
+    trimming put costs what the kept checkpoints cost, not their number squared."""
+    from telar_checkpoint import MemoryStore
+    from telar_checkpoint.history import History
+
+    saver = TelarSaver(MemoryStore(), max_history=20)
+    graph = multi_step().compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "t"}}
+    for _ in range(3):
+        graph.invoke({"log": ["x"]}, config)
+    walked: list[str] = []
+    original = History.ancestors
+
+    def counting(self: History, ns: str, cid: str | None):  # type: ignore[no-untyped-def]
+        for found in original(self, ns, cid):
+            walked.append(found)
+            yield found
+
+    monkeypatch.setattr(History, "ancestors", counting)
+    for _ in range(5):
+        graph.invoke({"log": ["x"]}, config)
+    assert len(list(saver.list(config))) == 20
+    assert walked == []
