@@ -92,6 +92,9 @@ class Entries(MutableMapping[K, V], Generic[K, V]):
         else:
             raise KeyError(key)
 
+    def __bool__(self) -> bool:  # without counting (`__len__` walks the recent layer)
+        return bool(self._recent) or len(self._sealed) > len(self._gone)
+
     def __len__(self) -> int:
         return len(self._sealed) - len(self._gone) + sum(1 for key in self._recent if self._is_new(key))
 

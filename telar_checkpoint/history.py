@@ -11,6 +11,7 @@ policy is `compaction`'s.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -152,6 +153,33 @@ def merge_writes(
     return changed
 
 
+class _Below:
+    """Heaps of the ids a history holds, so that a floor it reads drops what stands below it
+    without a pass over the history: per namespace, its checkpoints and its orphan writes, and
+    the orphan writes of every subgraph call (a root floor trims them too). Each id is pushed
+    when it is read and popped at most once. A history builds it at the first floor it reads
+    (`History._apply_floor`); a copy starts without it."""
+
+    def __init__(self, history: History) -> None:
+        self.entries: dict[str, list[str]] = {}
+        self.orphans: dict[str, list[str]] = {}
+        self.call_orphans: list[tuple[str, str]] = []  # (id, namespace)
+        for ns, cid in history.entries:
+            self.entries.setdefault(ns, []).append(cid)
+        for key in history.orphans:
+            self.orphan(*key)
+        for heap in self.entries.values():
+            heapq.heapify(heap)
+
+    def entry(self, ns: str, cid: str) -> None:
+        heapq.heappush(self.entries.setdefault(ns, []), cid)
+
+    def orphan(self, ns: str, cid: str) -> None:
+        heapq.heappush(self.orphans.setdefault(ns, []), cid)
+        if is_call(ns):
+            heapq.heappush(self.call_orphans, (cid, ns))
+
+
 class History:
     """The checkpoints of one thread, in stored order, with their writes."""
 
@@ -175,6 +203,7 @@ class History:
         self.floors_appended = 0  # dropped lines read or appended after checkpoint lines
         self._calls: set[str] = set()  # subgraph-call namespaces seen (some may be gone since)
         self._awaited: set[Key] = set()  # parents named by a checkpoint before they were stored
+        self._below: _Below | None = None  # built by the first floor read (see `_apply_floor`)
 
     def clone(self) -> History:
         """A copy to change while readers keep using this one: its fields as they are, and its
@@ -186,6 +215,7 @@ class History:
         other.orphans = {k: dict(v) for k, v in self.orphans.items()}
         other.dropped = {ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted)) for ns, d in self.dropped.items()}
         other._latest, other._calls, other._awaited = dict(self._latest), set(self._calls), set(self._awaited)
+        other._below = None
         return other
 
     # --- reading and writing -------------------------------------------------
@@ -214,10 +244,14 @@ class History:
             line, development = read_stored_line(raw, thread_id, number)
             self.development_lines += development
             if isinstance(line, CheckpointLine):
+                if history._below is not None and (line.ns, line.id) not in history.entries:
+                    history._below.entry(line.ns, line.id)
                 history._add_line(line, number)
             elif isinstance(line, WritesLine):
                 key = (line.ns, line.checkpoint_id)
                 entry = history.entries.get(key)
+                if entry is None and key not in history.orphans and history._below is not None:
+                    history._below.orphan(*key)
                 target = entry.writes if entry is not None else history.orphans.setdefault(key, {})
                 merge_writes(target, line.task_id, line.task_path, line.writes)
             else:
@@ -485,8 +519,7 @@ class History:
             ):
                 doomed.add((ns, cid))
         self._drop(doomed)
-        for dns, cid in sorted(doomed):
-            self._remember(dns, cid, "replaced")
+        self._remember(doomed, "replaced")
         return doomed
 
     def _drop(self, keys: set[Key]) -> None:
@@ -541,15 +574,19 @@ class History:
         here = self.dropped.get(ns)
         return here is not None and cid in here.deleted
 
-    def _remember(self, ns: str, cid: str, field: str) -> None:
-        """List `cid` in its namespace's `dropped` record (field "replaced" or "deleted")."""
-        record = self.dropped.setdefault(ns, DroppedLine(ns, None))
-        getattr(record, field).append(cid)
-        total = sum(len(getattr(d, field)) for d in self.dropped.values())
-        while total > REPLACED_IDS_KEPT:
-            oldest = min((d for d in self.dropped.values() if getattr(d, field)), key=lambda d: min(getattr(d, field)))
-            getattr(oldest, field).remove(min(getattr(oldest, field)))
-            total -= 1
+    def _remember(self, keys: Iterable[Key], field: str) -> None:
+        """List the ids of `keys` in their namespaces' `dropped` records (field "replaced" or
+        "deleted"), then keep the newest `REPLACED_IDS_KEPT` of that field in the thread: the
+        smallest ids go (the first of equal ones), in one pass over the records."""
+        for ns, cid in sorted(keys):
+            getattr(self.dropped.setdefault(ns, DroppedLine(ns, None)), field).append(cid)
+        lists = [getattr(d, field) for d in self.dropped.values()]
+        excess = sum(map(len, lists)) - REPLACED_IDS_KEPT
+        if excess <= 0:
+            return
+        gone = {(i, j) for _cid, i, j in heapq.nsmallest(excess, ((cid, i, j) for i, ids in enumerate(lists) for j, cid in enumerate(ids)))}
+        for i, ids in enumerate(lists):
+            ids[:] = [cid for j, cid in enumerate(ids) if (i, j) not in gone]
 
     def remove(self, keys: set[Key]) -> None:
         """Remove checkpoints and their writes on request: they read as absent afterwards, and
@@ -559,8 +596,7 @@ class History:
             del self.entries[key]
         for key in [k for k in self.orphans if k in keys]:
             del self.orphans[key]
-        for ns, cid in sorted(keys):
-            self._remember(ns, cid, "deleted")
+        self._remember(keys, "deleted")
 
     def keep_latest(self, keep_finished_calls: bool = False) -> bool:
         """Keep the latest checkpoint of each namespace (and its DeltaChannel ancestors); what
@@ -643,16 +679,39 @@ class History:
         self.size += sum(len(line) + 1 for line in lines)
 
     def _apply_floor(self, ns: str) -> None:
-        """A `dropped` line read after checkpoint lines: what it says is trimmed goes. Lines
-        that extend a trimmed line still read through it (see `_base_kept`)."""
+        """A `dropped` line read after checkpoint lines: what it says is trimmed goes (the
+        checkpoints of `ns` below its floor, and the orphan writes that `dropped_reason` then
+        calls trimmed). Lines that extend a trimmed line still read through it (see
+        `_base_kept`). Each id is looked at once however many floors are read (`_Below`)."""
         floor = self.dropped[ns].floor
-        doomed = [key for key in self.entries if key[0] == ns and key[1] < floor]  # type: ignore[operator]
-        for key in doomed:
-            del self.entries[key]
-        if doomed:
+        assert floor is not None
+        below = self._below = self._below or _Below(self)
+        heap, dropped = below.entries.get(ns, []), False
+        while heap and heap[0] < floor:
+            key = (ns, heapq.heappop(heap))
+            if key in self.entries:
+                del self.entries[key]
+                dropped = True
+        if dropped:
             self._latest.pop(ns, None)
             self.holds_trimmed = True
-        self._forget_trimmed_orphans()
+        replaced: dict[str, set[str]] = {}  # namespace -> its replaced ids, as a set, made when needed
+
+        def forget(orphan_ns: str, cid: str) -> None:
+            if (orphan_ns, cid) not in self.orphans:
+                return
+            if orphan_ns not in replaced:
+                record = self.dropped.get(orphan_ns)
+                replaced[orphan_ns] = set(record.replaced) if record is not None else set()
+            if cid not in replaced[orphan_ns]:  # "trimmed", not "replaced" (see `dropped_reason`)
+                del self.orphans[(orphan_ns, cid)]
+
+        heap = below.orphans.get(ns, [])
+        while heap and heap[0] < floor:
+            forget(ns, heapq.heappop(heap))
+        while ns == "" and below.call_orphans and below.call_orphans[0][0] < floor:
+            cid, call_ns = heapq.heappop(below.call_orphans)
+            forget(call_ns, cid)
 
     def _set_floors(self, namespaces: set[str]) -> None:
         for ns in namespaces:
