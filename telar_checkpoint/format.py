@@ -15,6 +15,7 @@ written, and ignored on read. docs/FORMAT.md is the full specification.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,8 @@ _DEVELOPMENT_BUILD = 3
 MAX_FIELD_DEPTH = 200
 # Plain fields of a LangGraph checkpoint kept as they are; others go to "extra".
 PLAIN_CHECKPOINT_KEYS = ("v", "ts", "channel_versions", "versions_seen", "updated_channels")
+# The checkpoint fields a line holds in fields of its own: "extra" never holds them.
+_OWN_CHECKPOINT_FIELDS = frozenset({*PLAIN_CHECKPOINT_KEYS, "id", "channel_values"})
 
 
 @dataclass(slots=True)
@@ -109,12 +112,31 @@ def _dumps(obj: dict[str, Any]) -> str:
 
 
 def plain_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
-    """Metadata as plain JSON (tuples become lists, as in LangGraph's SQL savers)."""
+    """Metadata as plain JSON (tuples become lists, as in LangGraph's SQL savers); what JSON
+    cannot hold (a lone surrogate, NaN or an infinity, which orjson would write as null) is
+    refused, never stored as something else."""
     try:
-        plain: dict[str, Any] = orjson.loads(orjson.dumps(metadata))  # a dict written and read back
+        text = orjson.dumps(metadata)
     except TypeError as exc:
         raise SerializationError(f"checkpoint metadata must be JSON: {exc}") from exc
+    if b"null" in text and (where := _not_finite(metadata)):
+        raise SerializationError(f"checkpoint metadata must be JSON: {where!r} is NaN or an infinity, which JSON cannot hold")
+    plain: dict[str, Any] = orjson.loads(text)  # a dict written and read back
     return plain
+
+
+def _not_finite(value: Any) -> str:
+    """The path (`key.key[0]`) of the first float in `value` that is NaN or infinite, or ""."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path
+        if isinstance(item, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k)) for k, v in item.items())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+    return ""
 
 
 def write_checkpoint(line: CheckpointLine) -> str:
@@ -216,6 +238,9 @@ def _read_checkpoint(f: _Fields, ns: str) -> CheckpointLine:
     for name, value in (("metadata", metadata), ("checkpoint", checkpoint)):
         if _depth(value) > MAX_FIELD_DEPTH:
             raise f.fail(f"field {name!r} is nested more than {MAX_FIELD_DEPTH} levels deep")
+    extra = f.get("extra", dict, optional=True) or {}
+    if overriding := extra.keys() & _OWN_CHECKPOINT_FIELDS:
+        raise f.fail(f"field 'extra' holds {min(overriding)!r}, a checkpoint field the line holds itself")
     values = f.get("values", dict)
     appended = f.get("appended", dict, optional=True) or {}
     if not all(isinstance(items, list) for items in appended.values()):
@@ -232,7 +257,7 @@ def _read_checkpoint(f: _Fields, ns: str) -> CheckpointLine:
         parent=f.get("parent", str, optional=True),
         metadata=metadata,
         checkpoint=checkpoint,
-        extra=f.get("extra", dict, optional=True) or {},
+        extra=extra,
         values=values,
         appended=appended,
     )

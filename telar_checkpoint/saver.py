@@ -224,9 +224,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         thread_id, ns = _thread_and_ns(config)
         parent = get_checkpoint_id(config)
         meta = _metadata(config, metadata)
-        record = CheckpointRecord(checkpoint, cast(CheckpointMetadata, meta), ns, parent)
-        terms = metadata_terms(record.metadata) if self.store.indexes else None
-        return thread_id, PutCheckpoint(self.codec, self.codec.prepare(record, new_versions), self.max_history, terms)
+        prepared = self.codec.prepare(CheckpointRecord(checkpoint, cast(CheckpointMetadata, meta), ns, parent), new_versions)
+        terms = metadata_terms(prepared.metadata) if self.store.indexes else None  # of the metadata stored
+        return thread_id, PutCheckpoint(self.codec, prepared, self.max_history, terms)
 
     def _writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> tuple[str, PutWrites]:
         """The writes as a change, their values encoded now, before it waits its turn."""
