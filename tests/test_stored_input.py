@@ -72,3 +72,51 @@ def test_a_lone_surrogate_in_metadata_is_refused_with_our_error() -> None:
         TelarSaver(store).put(CONFIG, empty_checkpoint(), {"source": "loop", "step": 0, "note": "a\ud800b"}, {})
     assert isinstance(raised.value, TelarError)
     assert store.read("t") == before
+
+
+# --- item 1: the file store's own index follows no symbolic link -------------------------------
+
+
+@pytest.mark.parametrize("target", ["another store's index", "any file", "dangling"])
+@pytest.mark.parametrize("name", ["index.sqlite3", "index.sqlite3-wal", "index.sqlite3-journal"])
+def test_a_symlinked_index_database_changes_nothing_outside_the_store(tmp_path, target: str, name: str) -> None:
+    import os
+
+    from langgraph.graph import START, StateGraph
+    from typing_extensions import TypedDict
+
+    from telar_checkpoint import FileStore
+
+    class State(TypedDict):
+        n: int
+
+    builder = StateGraph(State)
+    builder.add_node("inc", lambda s: {"n": s["n"] + 1})
+    builder.add_edge(START, "inc")
+    other = tmp_path / "other"
+    with TelarSaver(FileStore(other)) as saver:  # closed: its index holds all it will
+        saver.put(CONFIG, empty_checkpoint(), {"source": "input", "step": -1, "run_id": "x"}, {})
+    outside = {"another store's index": other / ".index" / "index.sqlite3", "any file": tmp_path / "notes.txt",
+               "dangling": tmp_path / "nowhere" / "made.db"}[target]
+    if target == "any file":
+        outside.write_text("keep me\n")
+    before = outside.read_bytes() if outside.exists() else None
+    store_dir = tmp_path / "store"
+    store = FileStore(store_dir)
+    graph = builder.compile(checkpointer=TelarSaver(store))
+    graph.invoke({"n": 0}, {"configurable": {"thread_id": "a"}, "metadata": {"run_id": "r1"}})
+    store.close()
+    link = store_dir / ".index" / name
+    for existing in (store_dir / ".index").iterdir():
+        existing.unlink()
+    os.symlink(outside, link)
+    store = FileStore(store_dir)
+    saver = TelarSaver(store)
+    graph = builder.compile(checkpointer=saver)
+    graph.invoke({"n": 5}, {"configurable": {"thread_id": "b"}, "metadata": {"run_id": "r2"}})
+    assert {t.config["configurable"]["thread_id"] for t in saver.list(None, filter={"run_id": "r1"})} == {"a"}
+    saver.delete_for_runs(["r2"])
+    assert saver.get_tuple({"configurable": {"thread_id": "b"}}) is None
+    store.close()
+    assert (outside.read_bytes() if outside.exists() else None) == before
+    assert not link.is_symlink()

@@ -5,6 +5,9 @@ its index (see `Store.index`) in an `SQLiteStore` beside the files: each thread'
 of its own (an empty string), which gives the keys in order, and its terms in that store's index.
 A key is recorded before its file is created and forgotten after its file is removed, and every
 write is durable when it returns, so the database never lists fewer threads than the directory.
+The database and SQLite's files beside it are the store's own: a symbolic link in their place
+(to another store's index, to any file, or dangling) is removed before SQLite opens anything,
+so nothing outside the store is created or changed, and the index is rebuilt.
 
 What it cannot see is a file that another hand put there (copied in, or written by a release
 without an index): a directory that holds histories when its database is made, or whose database
@@ -23,6 +26,7 @@ from telar_checkpoint.stores.sqlite import _INSERT, SQLiteStore, _Connection
 
 INDEX_DIR = ".index"
 INDEX_FILE = "index.sqlite3"
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")  # what SQLite keeps beside a database
 
 
 class FileIndex(SQLiteStore):
@@ -30,6 +34,9 @@ class FileIndex(SQLiteStore):
 
     def __init__(self, root: str, *, mode: int, fsync: bool, timeout: float) -> None:
         path = os.path.join(root, INDEX_DIR, INDEX_FILE)
+        for name in (path, *(path + suffix for suffix in SQLITE_SIDE_FILES)):
+            if os.path.islink(name):  # SQLite would open, create or change its target, outside the store
+                os.unlink(name)  # the index is the store's own file, rebuilt from the histories
         new = not os.path.exists(path)
         super().__init__(path, mode=mode, fsync=fsync, timeout=timeout)
         self.new = new
