@@ -120,3 +120,32 @@ def test_a_symlinked_index_database_changes_nothing_outside_the_store(tmp_path, 
     store.close()
     assert (outside.read_bytes() if outside.exists() else None) == before
     assert not link.is_symlink()
+
+
+# --- item 9: a value nested deeper than JSON writers go, in every command -------------------------
+
+
+@pytest.mark.parametrize("argv", [["show"], ["show", "--json"], ["diff"], ["history"], ["verify"]])
+def test_a_deeply_nested_stored_write_is_printed_or_refused_in_one_line(tmp_path, capsys, argv: list[str]) -> None:
+    from telar_checkpoint import FileStore
+    from telar_checkpoint.cli import main
+
+    store = FileStore(tmp_path)
+    saver = TelarSaver(store)
+    first = saver.put(CONFIG, empty_checkpoint(), {"source": "input", "step": -1}, {})
+    second = saver.put(first, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    cid = second["configurable"]["checkpoint_id"]
+    deep = "[" * 600 + "1" + "]" * 600  # orjson reads 1,024 levels and writes 255
+    line = f'{{"format":1,"kind":"writes","checkpoint":"{cid}","task":"t","path":"","writes":[[0,"x",{deep}]]}}\n'
+    store.write("t", (store.read("t") or "") + line)
+    assert TelarSaver(store).get_tuple(CONFIG) is not None  # it reads
+    command, *options = argv
+    args = [command, str(tmp_path), "t"]
+    if command == "diff":
+        args += [first["configurable"]["checkpoint_id"], cid]
+    code = main(args + options)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert code in (0, 4)
+    if code == 4:
+        assert err.count("\n") == 1 and "nested more than 255 levels deep" in err

@@ -9,6 +9,8 @@ from typing import Any, TextIO
 
 import orjson
 
+from telar_checkpoint.errors import SerializationError
+
 
 def to_json(value: Any) -> str:
     """`value` (dataclasses included) as indented JSON text."""
@@ -18,12 +20,26 @@ def to_json(value: Any) -> str:
             return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
         raise TypeError(type(obj).__name__)
 
-    return orjson.dumps(value, default=default, option=orjson.OPT_INDENT_2).decode("utf-8")
+    return _dumps(value, default=default, option=orjson.OPT_INDENT_2)
 
 
 def compact(value: Any) -> str:
     """`value` as one line of JSON (for table cells)."""
-    return orjson.dumps(value).decode("utf-8")
+    return _dumps(value)
+
+
+def _dumps(value: Any, **options: Any) -> str:
+    """JSON text of `value`; a value nested deeper than JSON writers go (orjson writes 255 levels,
+    and reads 1,024) is refused in one line of ours, not a traceback."""
+    try:
+        return orjson.dumps(value, **options).decode("utf-8")
+    except orjson.JSONEncodeError as exc:
+        if "Recursion limit" not in str(exc):
+            raise
+        raise SerializationError(
+            "a stored value is nested more than 255 levels deep, too deep to print as JSON; "
+            "`telar-checkpoint export URL THREAD` gives the thread's lines as stored"
+        ) from None
 
 
 def when(ts: str | None) -> str:
