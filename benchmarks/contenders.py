@@ -3,7 +3,9 @@
 `open_contenders(names, lab)` builds the savers the benchmark compares: LangGraph's
 `InMemorySaver`, `SqliteSaver` (a file), `PostgresSaver` (a connection pool on the real
 server), the plain-Redis `RedisSaver` of langgraph-checkpoint-plainredis, and
-`TelarSaver` on each of our stores. Server-backed ones get a fresh Postgres schema or
+`TelarSaver` on each of our stores; and a reference, `InMemorySaver/no-serde`: an
+`InMemorySaver` whose serializer keeps the objects it is given instead of serializing
+them, LangGraph's own cost with a saver that does next to nothing (the floor). Server-backed ones get a fresh Postgres schema or
 Redis key prefix named after the run, removed by `Lab.cleanup`. Each contender knows
 how to measure the bytes it keeps (`storage`).
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
@@ -31,7 +34,8 @@ POSTGRES_URL = os.environ.get("TELAR_BENCH_POSTGRES", "postgresql://postgres@127
 POSTGRES_ADMIN_DB = "test"  # where to connect to create the benchmark database when it is missing
 REDIS_URL = os.environ.get("TELAR_BENCH_REDIS", "redis://127.0.0.1:6379/0")
 
-OFFICIAL = ["InMemorySaver", "SqliteSaver", "PostgresSaver", "PlainRedisSaver"]
+FLOOR = "InMemorySaver/no-serde"  # LangGraph's own floor: InMemorySaver with a serializer that keeps objects
+OFFICIAL = ["InMemorySaver", FLOOR, "SqliteSaver", "PostgresSaver", "PlainRedisSaver"]
 TELAR = ["Telar/memory", "Telar/file", "Telar/sqlite", "Telar/postgres", "Telar/redis"]
 ALL = OFFICIAL + TELAR
 NEEDS_POSTGRES = {"PostgresSaver", "Telar/postgres"}
@@ -51,7 +55,7 @@ class Storage:
 class Contender:
     name: str
     saver: BaseCheckpointSaver[Any]
-    storage: Callable[[], Storage]
+    storage: Callable[[], Storage] | None  # None: nothing serialized to weigh (the floor)
     close: Callable[[], None]
     store: Store | None = None  # TelarSaver's store, for the max_history variant
 
@@ -220,6 +224,43 @@ def _in_memory(lab: Lab) -> Contender:
     )
 
 
+class _Held(tuple[str, bytes]):
+    """The constant ``("held", b"")`` that `NoSerde.dumps_typed` returns, carrying the object itself."""
+
+    obj: Any
+
+
+class NoSerde(SerializerProtocol):
+    """A serializer that serializes nothing: `dumps_typed` returns a constant that carries the
+    object, `loads_typed` gives that same object back.
+
+    Only a checkpoint's own dict (channel versions, versions seen) is copied when loaded:
+    LangGraph updates the checkpoint it resumes from in place, and the stored one must not
+    change with it. Channel values and writes are given back by identity.
+    """
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        held = _Held(("held", b""))
+        held.obj = obj
+        return held
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        obj = data.obj  # type: ignore[attr-defined]
+        if type(obj) is dict and "versions_seen" in obj:
+            return {
+                **obj,
+                "channel_versions": dict(obj["channel_versions"]),
+                "versions_seen": {node: dict(seen) for node, seen in obj["versions_seen"].items()},
+            }
+        return obj
+
+
+def _in_memory_no_serde(lab: Lab) -> Contender:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    return Contender(FLOOR, InMemorySaver(serde=NoSerde()), None, lambda: None)
+
+
 def _sqlite_saver(lab: Lab) -> Contender:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -339,6 +380,7 @@ def _drop_redis_prefix(url: str, prefix: str) -> None:
 
 _OPENERS: dict[str, Callable[[Lab], Contender]] = {
     "InMemorySaver": _in_memory,
+    FLOOR: _in_memory_no_serde,
     "SqliteSaver": _sqlite_saver,
     "PostgresSaver": _postgres_saver,
     "PlainRedisSaver": _plain_redis_saver,

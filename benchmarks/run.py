@@ -29,12 +29,12 @@ from typing import Any
 
 from benchmarks import contenders as contenders_module
 from benchmarks import report, workloads
-from benchmarks.contenders import ALL, Lab, open_contenders, server_problems
+from benchmarks.contenders import ALL, FLOOR, Lab, open_contenders, server_problems
 from benchmarks.workloads import Settings, log
 
 FULL = Settings()
 QUICK = Settings(
-    turns=20, turn_budget_s=6.0, micro_rounds=20, scale_levels=(10, 100, 1000), scale_repeats=3,
+    turns=20, turn_budget_s=6.0, micro_rounds=20, long_chat_rounds=20, scale_levels=(10, 100, 1000), scale_repeats=3,
     workers=8, worker_turns=3, concurrency_rounds=1,
 )  # fmt: skip
 RESULTS = Path(__file__).parent / "results"
@@ -131,6 +131,8 @@ def run(settings: Settings, names: list[str], out_dir: Path | None = RESULTS, da
         results["storage"] = workloads.storage(opened)
         log(f"2. micro: {settings.micro_rounds} rounds")
         results["micro"] = workloads.micro(opened, settings)
+        log(f"2b. long chat: {settings.long_chat_rounds} puts at {settings.long_chat_messages} messages and up")
+        results["long_chat"] = workloads.long_chat(opened, settings)
         log(f"3. scaling: {settings.scale_levels}")
         results["scaling"] = workloads.scaling(opened, settings)
         log(f"5. concurrency: {settings.workers} workers x {settings.worker_turns} turns")
@@ -151,6 +153,8 @@ def run(settings: Settings, names: list[str], out_dir: Path | None = RESULTS, da
     results["notes"] = notes
     results["seconds"] = time.time() - began
     results["targets"] = [t.as_dict() for t in report.targets(results)]
+    ratio, detail = report.floor(results)
+    results["floor"] = {"saver": FLOOR, "vs": "InMemorySaver", "ratio": ratio, "detail": detail}
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "latest.json").write_text(json.dumps(results, indent=1) + "\n")
@@ -162,7 +166,7 @@ def run(settings: Settings, names: list[str], out_dir: Path | None = RESULTS, da
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in under 2 minutes")
-    parser.add_argument("--only", help=f"comma-separated contenders (default: all of {', '.join(ALL)})")
+    parser.add_argument("--only", help=f"comma-separated contenders (default: all of {', '.join(ALL)}); {FLOOR} is always added")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where latest.json and latest.md go")
     parser.add_argument("--data-dir", help="where files and SQLite databases go (default: the system temp dir)")
     for field in dataclasses.fields(Settings):
@@ -181,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                 value = tuple(int(v) for v in value.split(","))
             settings = dataclasses.replace(settings, **{field.name: value})
     names = args.only.split(",") if args.only else list(ALL)
+    if FLOOR not in names:  # LangGraph's own floor is shown in every run (it costs little: no serialization)
+        names.insert(names.index("InMemorySaver") + 1 if "InMemorySaver" in names else 0, FLOOR)
     unknown = [n for n in names if n not in ALL]
     if unknown:
         parser.error(f"unknown contenders {unknown}; choose from {', '.join(ALL)}")

@@ -1,4 +1,4 @@
-"""The five workloads. Each runs every contender in one process, interleaved.
+"""The workloads: five, and 2b (a long chat's put). Each runs every contender in one process, interleaved.
 
 Interleaving: a workload is a sequence of rounds, and each round runs the same
 step for every contender, in an order rotated by one per round (A B C, B C A, ...),
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from benchmarks.agent import agent_builder, human
 from benchmarks.checkpoints import Chain, sample_messages, small_values, telar_lines, thread_config
@@ -38,6 +38,8 @@ class Settings:
     turn_budget_s: float = 75.0  # workload 1: a contender stops once its invokes took this long
     durability: str = "sync"  # of every invoke: the checkpoint is written before invoke returns
     micro_rounds: int = 200  # workload 2
+    long_chat_messages: int = 1000  # workload 2b: the chat's length before the measured puts
+    long_chat_rounds: int = 100  # workload 2b: measured puts, one message more each
     scale_levels: tuple[int, ...] = (10, 100, 1000, 5000)  # workload 3
     scale_repeats: int = 15
     max_history: int = 20
@@ -135,6 +137,8 @@ def agent_loop(contenders: list[Contender], settings: Settings) -> dict[str, Any
 def storage(contenders: list[Contender]) -> dict[str, Any]:
     results = {}
     for c in contenders:
+        if c.storage is None:  # the floor serializes nothing: there are no bytes to weigh
+            continue
         held = c.storage()
         checkpoints = sum(1 for _ in c.saver.list(thread_config("agent")))
 
@@ -158,7 +162,8 @@ MICRO_OPS = ("put", "put_writes", "get_tuple latest", "get_tuple by id", "list l
 
 
 def micro(contenders: list[Contender], settings: Settings) -> dict[str, Any]:
-    """Each round: a put (10 messages and a counter), a put_writes on it, two reads and a list.
+    """Each round: a put (a chat of 10 messages and a counter, both channels in `new_versions`),
+    a put_writes on it, two reads and a list.
 
     The thread grows by one checkpoint a round, from a few to `micro_rounds`; the
     scaling workload is the one that isolates thread length.
@@ -189,6 +194,45 @@ def micro(contenders: list[Contender], settings: Settings) -> dict[str, Any]:
         if round_ % 50 == 49:
             log(f"  micro: round {round_ + 1}/{settings.micro_rounds}")
     return {name: {op: summary(v) for op, v in ops.items()} for name, ops in samples.items()}
+
+
+# --- 2b. put of a long chat, one message more each put ------------------------------------------
+
+
+def chat_message(i: int) -> BaseMessage:
+    """Message `i` of the long chat (about 150 bytes, with an id, as `add_messages` gives one)."""
+    kind = HumanMessage if i % 2 == 0 else AIMessage
+    return kind(content=f"Message {i}: a sentence of ordinary length, about the weather and the trains.", id=f"chat-{i:06d}")
+
+
+def long_chat(contenders: list[Contender], settings: Settings) -> dict[str, Any]:
+    """`put` of a chat of `long_chat_messages` messages that grows by one message a put.
+
+    Each contender's thread starts with one checkpoint holding the first
+    `long_chat_messages` messages (not timed). Each round then puts a child checkpoint whose
+    messages channel is a new list, the parent's message objects plus one new message, and
+    whose `new_versions` names only that channel: what LangGraph passes after a node added
+    one message with `add_messages`. Every checkpoint holds the whole conversation.
+    """
+    n = settings.long_chat_messages
+    chains = {c.name: Chain(c.saver, "long-chat") for c in contenders}
+    # message objects of its own for each contender: no saver sees objects another has encoded
+    chats = {c.name: [chat_message(i) for i in range(n)] for c in contenders}
+    for c in contenders:
+        chains[c.name].put({"messages": chats[c.name]})
+    samples: dict[str, list[float]] = {c.name: [] for c in contenders}
+    for round_ in range(settings.long_chat_rounds):
+        for c in rotated(contenders, round_):
+            grown = chats[c.name] = [*chats[c.name], chat_message(n + round_)]
+            config, checkpoint, metadata, versions = chains[c.name].next({"messages": grown})
+            stored, seconds = timed(lambda: c.saver.put(config, checkpoint, metadata, versions))  # type: ignore[arg-type]
+            samples[c.name].append(seconds * 1e6)
+            chains[c.name].done(stored, versions)
+        if round_ % 50 == 49:
+            log(f"  long chat: round {round_ + 1}/{settings.long_chat_rounds}")
+    return {
+        name: {"put_us": summary(us), "messages": [n + 1, n + len(us)], "samples_us": us} for name, us in samples.items()
+    }
 
 
 # --- 3. scaling with thread length -------------------------------------------------------------

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
 
 from benchmarks import run as bench
+from benchmarks.agent import agent_builder, human
+from benchmarks.contenders import FLOOR, NoSerde
 from benchmarks.workloads import MICRO_OPS, SCALE_OPS
 
-LOCAL = ["InMemorySaver", "SqliteSaver", "Telar/memory", "Telar/file", "Telar/sqlite"]
+LOCAL = ["InMemorySaver", FLOOR, "SqliteSaver", "Telar/memory", "Telar/file", "Telar/sqlite"]
 TINY = dataclasses.replace(
-    bench.QUICK, turns=3, turn_budget_s=60.0, micro_rounds=3, scale_levels=(2, 25), scale_repeats=2,
+    bench.QUICK, turns=3, turn_budget_s=60.0, micro_rounds=3, long_chat_messages=20, long_chat_rounds=3,
+    scale_levels=(2, 25), scale_repeats=2,
     workers=2, worker_turns=2, concurrency_rounds=1,
 )  # fmt: skip
 
@@ -34,17 +44,68 @@ def test_quick_run_measures_every_workload_for_every_saver(tmp_path: Path) -> No
         for by_level in variants.values():
             assert sorted(by_level, key=int) == ["2", "25"]
             assert all(_number(by_level[level][op]["median"]) for level in by_level for op in SCALE_OPS)
-        storage = results["storage"][name]
-        assert storage["checkpoints"] == 5 * TINY.turns  # input + 4 steps per turn
-        assert _number(storage["per_checkpoint"]) and storage["per_checkpoint"] > 0
+        chat = results["long_chat"][name]
+        assert chat["put_us"]["n"] == TINY.long_chat_rounds and _number(chat["put_us"]["median"])
+        assert chat["messages"] == [TINY.long_chat_messages + 1, TINY.long_chat_messages + TINY.long_chat_rounds]
+        if name == FLOOR:  # serializes nothing: no bytes to weigh
+            assert name not in results["storage"]
+        else:
+            storage = results["storage"][name]
+            assert storage["checkpoints"] == 5 * TINY.turns  # input + 4 steps per turn
+            assert _number(storage["per_checkpoint"]) and storage["per_checkpoint"] > 0
         assert _number(results["concurrency"][name]["invokes_per_s"])
     assert results["agent_loop"]["baseline"]["invoke_ms"]["n"] == TINY.turns
     assert results["targets"] and all({"goal", "ratio", "met"} <= set(t) for t in results["targets"])
+    goals = {t["goal"]: t for t in results["targets"]}
+    for goal, limit in [
+        ("memory store per-invoke overhead vs InMemorySaver's", "<= 0.75"),
+        ("put of a chat of 10 messages, memory store vs InMemorySaver", "<= 1.0"),
+        ("put of a chat of 1,000 messages growing by one a put, memory store vs InMemorySaver", "<= 0.35"),
+        ("Telar/file bytes stored per checkpoint vs SqliteSaver's", "<= 0.1"),
+        ("8 worker threads on one file store vs SqliteSaver, throughput", ">= 1.2"),
+    ]:
+        assert goals[goal]["limit"] == limit and _number(goals[goal]["ratio"])
+    assert results["floor"]["saver"] == FLOOR and results["floor"]["detail"] != "not measured"
 
     written = json.loads((tmp_path / "results" / "latest.json").read_text())
     assert written["contenders"] == LOCAL
     table = (tmp_path / "results" / "latest.md").read_text()
     assert "## Targets" in table and all(name in table for name in LOCAL)
+    assert "LangGraph's own floor" in table and "## 2b. put of a long chat" in table
+
+
+def _runs(saver: BaseCheckpointSaver[Any]) -> list[Any]:
+    """What a saver leaves seen from the graphs: the agent loop's history, a Send fan-out's results and history."""
+
+    class Fan(TypedDict):
+        items: list[int]
+        done: Annotated[list[int], operator.add]
+
+    agent = agent_builder().compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "agent"}}
+    for turn in range(4):
+        agent.invoke({"messages": [human(turn)]}, config)  # type: ignore[arg-type]
+    fan = StateGraph(Fan)
+    fan.add_node("work", lambda s: {"done": [s["x"] * 2]})  # type: ignore[arg-type, index]
+    fan.add_conditional_edges(START, lambda s: [Send("work", {"x": i}) for i in s["items"]])
+    fan.add_edge("work", END)
+    sends = fan.compile(checkpointer=saver)
+    fan_config = {"configurable": {"thread_id": "fan"}}
+    outs = [sends.invoke({"items": [1, 2, 3]}, fan_config, durability=d) for d in ("sync", "async", "exit")]  # type: ignore[arg-type]
+    return [
+        [(_plain(s.values), s.next, s.metadata["step"]) for s in agent.get_state_history(config)],  # type: ignore[arg-type, index]
+        outs,
+        [(s.values, s.next, s.metadata["step"]) for s in sends.get_state_history(fan_config)],  # type: ignore[arg-type, index]
+    ]
+
+
+def _plain(values: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Messages without their ids, which are random."""
+    return [(m.type, m.content) for m in values.get("messages", [])]
+
+
+def test_the_floor_runs_graphs_as_in_memory_saver_does() -> None:
+    assert _runs(InMemorySaver(serde=NoSerde())) == _runs(InMemorySaver())
 
 
 def test_scale_quick_run_times_every_operation_on_memory_and_sqlite(tmp_path: Path) -> None:
