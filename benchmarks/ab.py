@@ -23,6 +23,7 @@ from typing import Any
 
 from benchmarks.contenders import Contender, Lab, open_contenders, server_problems
 from benchmarks.workloads import Settings, agent_loop, log
+from telar_checkpoint.parse_cache import ParseCache, VersionedHistories
 from telar_checkpoint.saver import WRITES_LINGER
 from telar_checkpoint.writer_locks import Lingers
 
@@ -34,12 +35,27 @@ def _linger_switched(contender: Contender) -> str:
     not where it does (`Store.carry_writes`)."""
     store = contender.store
     assert store is not None
-    contender.saver._lingers = Lingers(0.0 if store.carry_writes else WRITES_LINGER)  # type: ignore[attr-defined]
+    contender.saver._writer.lingers = Lingers(0.0 if store.carry_writes else WRITES_LINGER)  # type: ignore[attr-defined]
     return "lingering off" if store.carry_writes else "lingering on"
+
+
+def _versioned_histories_off(contender: Contender) -> str:
+    """B: no parsed history kept by the store's version (`VersionedHistories`): every read reads
+    and parses the thread (through `ParseCache`), every write takes the store's update."""
+    contender.saver._writer.histories = VersionedHistories(0)  # type: ignore[attr-defined]
+    return "no histories kept by version"
+
+
+def _parse_cache_off(contender: Contender) -> str:
+    """B: no parsed history kept by text (`ParseCache`): a string read or updated is parsed whole."""
+    contender.saver._writer.parses = ParseCache(0)  # type: ignore[attr-defined]
+    return "no parse cache"
 
 
 EXPERIMENTS: dict[str, Callable[[Contender], str]] = {
     "linger": _linger_switched,
+    "versioned-histories": _versioned_histories_off,
+    "parse-cache": _parse_cache_off,
 }
 # Measured and removed, their results kept in results/ab.md: "lone-durable-append" (B: a lone
 # append left to `flush` for durability, as a batch is, instead of syncing itself as it writes,
