@@ -50,6 +50,19 @@ class SerializationError(TelarError):
     """A value could not be written as JSON, or a stored value names a type we do not load."""
 
 
+class RefusedTypeError(SerializationError):
+    """A stored ``$serde`` value names a type its serializer may not load: one not on the
+    serde allowlist (`telar_checkpoint.serde_allowlist`), or pickle without ``pickle_fallback=True``.
+
+    The value was not handed to the serializer, so nothing was built and no code ran;
+    `refused` names what was refused (``"os.system"``, ``"pickle"``, ...).
+    """
+
+    def __init__(self, message: str, *, refused: str) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
 class StoredDataError(TelarError):
     """Stored data that is not a valid history; `thread_id` and `line` say where."""
 
@@ -98,6 +111,7 @@ __all__ = [
     "ForeignDataError",
     "ForeignStoreError",
     "NoStoreError",
+    "RefusedTypeError",
     "SerializationError",
     "StoreBusyError",
     "StoreError",

@@ -31,12 +31,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord, check_max_history
 from telar_checkpoint.errors import UsageError
 from telar_checkpoint.history import Entry, History
+from telar_checkpoint.serde_allowlist import with_msgpack_allowlist
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
 from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.file import FileStore
 from telar_checkpoint.terms import metadata_terms
 from telar_checkpoint.thread_index import ThreadIndex
+from telar_checkpoint.values import ValueCodec
 from telar_checkpoint.writer_locks import Lingers
 from telar_checkpoint.writing import PutCheckpoint, PutWrites, RewriteThread, Writer
 
@@ -126,17 +128,19 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         await self.store.aclose()
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> TelarSaver:
-        """A shallow clone whose serializer also loads the classes LangGraph derived from the state schema."""
-        derive = getattr(self.codec.values.serde, "with_msgpack_allowlist", None)
-        if derive is None:
-            return super().with_allowlist(extra_allowlist)  # type: ignore[return-value]
-        serde = derive(extra_allowlist)
-        if serde is self.codec.values.serde:
+        """A shallow clone whose serializer also loads the classes LangGraph derived from the state
+        schema: through its own allowlist when it has one, and on the serde allowlist (stored
+        ``$serde`` values may name them)."""
+        values = self.codec.values
+        serde = with_msgpack_allowlist(values.serde, extra_allowlist)
+        allowlist = tuple(dict.fromkeys((*values.allowlist, *extra_allowlist)))
+        if serde is values.serde and len(allowlist) == len(values.allowlist):
             return self
         clone = type(self)(
             self.store, max_history=self.max_history, serde=serde,
             keep_finished_subgraphs=self.codec.keep_finished_subgraphs,
         )
+        clone.codec.values = ValueCodec(serde, allowlist=allowlist)
         clone._index = self._index
         clone._writer = self._writer.sharing_turns()  # one saver's writers take turns
         return clone

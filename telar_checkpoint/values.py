@@ -4,18 +4,21 @@ A serializer that can hand us JSON values (`to_jsonable` / `from_jsonable`,
 as `telar_checkpoint.JsonSerializer` does) is used directly, so state stays
 readable. Any other LangGraph `SerializerProtocol` (`JsonPlusSerializer`,
 `EncryptedSerializer`, ...) is wrapped: what it returns as bytes is stored as
-``{"$serde": [type, base64]}`` and read back through it.
+``{"$serde": [type, base64]}`` and read back through it, once the types the
+stored value names are found on the serde allowlist (`telar_checkpoint.serde_allowlist`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from telar_checkpoint.errors import SerializationError
+from telar_checkpoint.errors import SerializationError, TelarError
+from telar_checkpoint.serde_allowlist import guarded
 
 SERDE_TAG = "$serde"
 
@@ -30,11 +33,16 @@ class JsonValueSerializer(Protocol):
 
 
 class ValueCodec:
-    """Turns one state value into JSON-compatible data and back, through `serde`."""
+    """Turns one state value into JSON-compatible data and back, through `serde`.
 
-    def __init__(self, serde: SerializerProtocol) -> None:
+    `allowlist` (``(module, name)`` pairs or classes, as LangGraph derives them from a
+    state schema) adds to the types a stored ``$serde`` value may name."""
+
+    def __init__(self, serde: SerializerProtocol, *, allowlist: Iterable[tuple[str, ...] | type] = ()) -> None:
         self.serde = serde
+        self.allowlist = tuple(allowlist)
         self._json = serde if isinstance(serde, JsonValueSerializer) else None
+        self._load = guarded(serde, self.allowlist)  # reads $serde values: refuses types not allowed
 
     def encode(self, value: Any) -> Any:
         if self._json is not None:
@@ -54,7 +62,12 @@ class ValueCodec:
                 data = base64.b64decode(tagged[1], validate=True)
             except (binascii.Error, ValueError) as exc:
                 raise SerializationError(f"malformed base64 in a {SERDE_TAG} value: {exc}") from None
-            return self.serde.loads_typed((tagged[0], data))
+            try:
+                return self._load.loads_typed((tagged[0], data))
+            except TelarError:
+                raise
+            except Exception as exc:  # the serializer's own error (a failed decryption...), whatever its class
+                raise SerializationError(f"cannot load a stored {SERDE_TAG} value of type {tagged[0]!r:.80}: {exc!r:.200}") from exc
         if self._json is not None:
             return self._json.from_jsonable(data)
         if data is None or isinstance(data, (str, int, float, bool)):

@@ -20,7 +20,7 @@ import orjson
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from telar_checkpoint import FileStore, SerializationError, StoredDataError, TelarError, TelarSaver
+from telar_checkpoint import FileStore, RefusedTypeError, SerializationError, StoredDataError, TelarError, TelarSaver
 from telar_checkpoint.stores import Store
 
 LONG_ASCII = "x" * 10_000
@@ -225,12 +225,6 @@ def test_lc_payloads_stay_inert_data(name: str, no_code_runs: list[Any]) -> None
     assert no_code_runs == [] and not Path("PWNED").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: with serde=JsonPlusSerializer() (LangGraph's default mode is not strict), a stored "
-    "$serde msgpack value naming os.system is called on read; TelarSaver hands $serde values to the "
-    "chosen serializer without blocking unregistered types",
-)
 def test_jsonplus_serde_runs_nothing_from_a_stored_msgpack_payload(no_code_runs: list[Any]) -> None:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
@@ -238,11 +232,107 @@ def test_jsonplus_serde_runs_nothing_from_a_stored_msgpack_payload(no_code_runs:
 
     store = MemoryStore()
     store.write("evil", history_with(TAGGED_EXPLOITS["$serde msgpack constructor"]))
-    try:
+    with pytest.raises(RefusedTypeError, match="os.system") as caught:
         TelarSaver(store, serde=JsonPlusSerializer()).get_tuple({"configurable": {"thread_id": "evil"}})
-    except TelarError:
-        pass
+    assert caught.value.refused == "os.system"
     assert no_code_runs == []
+
+
+AES_KEY = b"0123456789abcdef"
+
+
+class RawBytes:
+    """A serializer that writes given bytes as given type: LangGraph's EncryptedSerializer encrypts them."""
+
+    def __init__(self, type_: str, data: bytes) -> None:
+        self.typed = (type_, data)
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        return self.typed
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        raise AssertionError("never read")
+
+
+def msgpack_bytes(code: int, *parts: Any) -> bytes:
+    import ormsgpack
+
+    return ormsgpack.packb(ormsgpack.Ext(code, ormsgpack.packb(parts)))
+
+
+def nested_in_a_message() -> bytes:
+    """An allowed class (AIMessage) whose stored fields hold a constructor call of os.system."""
+    import ormsgpack
+
+    evil = ormsgpack.Ext(0, ormsgpack.packb(("os", "system", "touch PWNED")))
+    fields = ormsgpack.packb(("langchain_core.messages.ai", "AIMessage", {"content": evil}, "model_validate_json"))
+    return ormsgpack.packb(ormsgpack.Ext(5, fields))
+
+
+LC2_SYSTEM = {"lc": 2, "type": "constructor", "id": ["os", "system"], "args": ["touch PWNED"]}
+# name -> (stored type, stored bytes, what the refusal names)
+FOREIGN_EXPLOITS = {
+    "constructor": ("msgpack", msgpack_bytes(0, "os", "system", "touch PWNED"), "os.system"),
+    "positional": ("msgpack", msgpack_bytes(1, "os", "system", ["touch PWNED"]), "os.system"),
+    "keywords": ("msgpack", msgpack_bytes(2, "subprocess", "Popen", {"args": ["touch", "PWNED"]}), "subprocess.Popen"),
+    "pydantic": ("msgpack", msgpack_bytes(5, "os", "system", {"command": "touch PWNED"}, "x"), "os.system"),
+    "method": ("msgpack", msgpack_bytes(3, "os", "system", "touch PWNED", "system"), "os.system.system"),
+    "nested in a message": ("msgpack", nested_in_a_message(), "os.system"),
+    "unknown extension": ("msgpack", msgpack_bytes(42, "os", "system"), "msgpack extension type 42"),
+    "pickle": ("pickle", b"cos\nsystem\n(S'touch PWNED'\ntR.", "pickle"),
+    "json lc 2": ("json", json.dumps(LC2_SYSTEM).encode(), "os.system (a LangChain constructor)"),
+    "json lc secret": ("json", b'{"lc": 1, "type": "secret", "id": ["HOME"]}', "HOME (a LangChain secret)"),
+}
+
+
+def foreign_serde(kind: str) -> Any:
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    if kind == "jsonplus":
+        return JsonPlusSerializer()
+    return EncryptedSerializer.from_pycryptodome_aes(key=AES_KEY)  # around JsonPlusSerializer()
+
+
+def stored_serde_value(kind: str, type_: str, data: bytes) -> dict[str, Any]:
+    """`data` of `type_` as the saver stores it for serializer `kind` (encrypted by LangGraph's own API)."""
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    if kind == "encrypted":
+        type_, data = EncryptedSerializer.from_pycryptodome_aes(RawBytes(type_, data), key=AES_KEY).dumps_typed(None)
+    return {"$serde": [type_, base64.b64encode(data).decode()]}
+
+
+@pytest.mark.parametrize("kind", ["jsonplus", "encrypted"])
+@pytest.mark.parametrize("name", list(FOREIGN_EXPLOITS))
+def test_langgraph_serializers_are_handed_no_stored_type_off_the_allowlist(
+    store: Store, kind: str, name: str, no_code_runs: list[Any]
+) -> None:
+    """Whatever LangGraph serializer reads the thread, a stored value naming a type that is not
+    allowed is refused with our error, naming it, before the serializer sees it; other threads read."""
+    type_, data, refused = FOREIGN_EXPLOITS[name]
+    store.write("evil", history_with(stored_serde_value(kind, type_, data)))
+    saver = TelarSaver(store, serde=foreign_serde(kind))
+    put(saver, "good", "", "2", value={"fine": [1, 2]})
+    with pytest.raises(RefusedTypeError) as caught:
+        saver.get_tuple({"configurable": {"thread_id": "evil"}})
+    assert caught.value.refused == refused and refused in str(caught.value)
+    with pytest.raises(RefusedTypeError):  # the thread index reads values too: also refused
+        list(saver.list({"configurable": {"thread_id": "evil"}}))
+    assert saver.get_tuple({"configurable": {"thread_id": "good"}}).checkpoint["channel_values"]["value"] == {"fine": [1, 2]}  # type: ignore[union-attr]
+    assert no_code_runs == [] and not Path("PWNED").exists()
+
+
+@pytest.mark.parametrize("kind", ["jsonplus", "encrypted"])
+@pytest.mark.parametrize("damage", ["not msgpack", "truncated extension"])
+def test_a_damaged_foreign_value_is_our_error(kind: str, damage: str) -> None:
+    from telar_checkpoint import MemoryStore
+
+    data = b"\xc1\xc1" if damage == "not msgpack" else msgpack_bytes(0, "uuid")
+    store = MemoryStore()
+    store.write("bad", history_with(stored_serde_value(kind, "msgpack", data)))
+    with pytest.raises(SerializationError, match=r"\$serde"):
+        TelarSaver(store, serde=foreign_serde(kind)).get_tuple({"configurable": {"thread_id": "bad"}})
 
 
 # --- a history edited by hand into garbage ---

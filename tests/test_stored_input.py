@@ -34,7 +34,8 @@ def test_extra_holding_a_field_of_the_line_is_corrupt(field: str, value: object)
     doc = orjson.loads(text)
     doc["extra"] = {field: value}
     store.write("t", orjson.dumps(doc).decode() + "\n")
-    with pytest.raises(CorruptLineError, match=rf"thread 't', line 1: field 'extra' holds {field!r}, a checkpoint field the line holds itself"):
+    message = rf"thread 't', line 1: field 'extra' holds {field!r}, a checkpoint field the line holds itself"
+    with pytest.raises(CorruptLineError, match=message):
         TelarSaver(store).get_tuple(CONFIG)
     assert [p.code for p in verify_thread("t", store.read("t") or "")] == ["corrupt-line"]
 
