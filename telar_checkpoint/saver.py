@@ -85,7 +85,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     `keep_finished_subgraphs` keeps a finished subgraph call's checkpoints while
     the checkpoint it ran under is kept, so a past step's subgraph state can be
     inspected (as LangGraph Studio does); by default they go once the call is over,
-    and a thread not paused in a subgraph holds format version 1 lines only.
+    and a thread neither paused in a subgraph nor using a persistent one (compiled with
+    `checkpointer=True`) holds format version 1 lines only.
     """
 
     def __init__(
