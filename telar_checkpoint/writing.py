@@ -157,7 +157,8 @@ class Writer:
                 carried, lines = self._take(turns, thread_id, change)
                 unflushed = run(self._store_steps(thread_id, carried, lines, change))
         if joined is None:
-            run(self._flush_steps(thread_id, carried, unflushed))
+            if carried is not None or unflushed:
+                run(self._flush_steps(thread_id, carried, unflushed))
             return
         done = cast(threading.Event, joined.done)
         if not done.wait(linger):
@@ -166,7 +167,7 @@ class Writer:
                 if mine:
                     carried, lines = self._take(turns, thread_id, None)
                     unflushed = run(self._store_steps(thread_id, carried, lines, None))
-            if mine:
+            if mine and (carried is not None or unflushed):
                 run(self._flush_steps(thread_id, carried, unflushed))
             done.wait()
         joined.result()
@@ -181,7 +182,8 @@ class Writer:
                 carried, lines = self._take(turns, thread_id, change)
                 unflushed = await arun(self._store_steps(thread_id, carried, lines, change))
         if joined is None:
-            await arun(self._flush_steps(thread_id, carried, unflushed))
+            if carried is not None or unflushed:
+                await arun(self._flush_steps(thread_id, carried, unflushed))
             return
         adone = cast(asyncio.Event, joined.done)
         try:
@@ -192,7 +194,7 @@ class Writer:
                 if mine:
                     carried, lines = self._take(turns, thread_id, None)
                     unflushed = await arun(self._store_steps(thread_id, carried, lines, None))
-            if mine:
+            if mine and (carried is not None or unflushed):
                 await arun(self._flush_steps(thread_id, carried, unflushed))
             await adone.wait()
         joined.result()
@@ -297,7 +299,8 @@ class Writer:
         return False
 
     def _flush_steps(self, thread_id: str, carried: Batch | None, unflushed: bool) -> Steps[None]:
-        """Make an `unflushed` append durable, then let the writers of the batch it carried return."""
+        """Make an `unflushed` append durable, then let the writers of the batch it carried return
+        (run only when there is either: a lone durable write has nothing to do here)."""
         with carrying(carried, finish=True):
             if unflushed:
                 yield call(self.store.flush, self.store.aflush, thread_id)
