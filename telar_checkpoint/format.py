@@ -400,7 +400,7 @@ def read_stored_line(text: str, thread_id: str | None, line_no: int) -> tuple[Li
     version = doc["format"]
     if type(version) is not int:
         raise UnknownFormatError(
-            f"has format version {version!r}, a {type(version).__name__}: a format version is the integer 1 or 2",
+            f"has format version {version!r}, a {type(version).__name__}: a format version is an integer, 1 or 2",
             thread_id=thread_id,
             line=line_no,
         )

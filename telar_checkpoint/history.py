@@ -65,6 +65,7 @@ class Entry:
     base: Entry | None = None
     _full: dict[str, Any] = field(default_factory=dict)
     _json: dict[str, bytes] = field(default_factory=dict)  # list channel -> its whole list as JSON (a memo)
+    _depths: dict[str, int] = field(default_factory=dict)  # channel -> `depth` (a memo; it follows `base`)
 
     def has(self, channel: str) -> bool:
         return channel in self.line.values or channel in self.line.appended
@@ -116,12 +117,26 @@ class Entry:
         self._json.update(texts)
 
     def depth(self, channel: str) -> int:
-        """How many lines that extend or repeat `channel` stand between this entry and its whole value."""
-        depth = 0
+        """How many lines that extend or repeat `channel` stand between this entry and its whole
+        value: walked back to the first entry that knows its own (each remembers it), so a put
+        pays for the lines it adds, not for the chain behind its parent."""
+        walked: list[Entry] = []
         entry: Entry | None = self
-        while entry is not None and not entry._holds(channel):
-            depth, entry = depth + 1, entry.base
-        return depth
+        depth = 0  # of the entry the walk stopped at (none: past the oldest)
+        while entry is not None:
+            known = entry._depths.get(channel)
+            if known is not None:
+                depth = known
+                break
+            if entry._holds(channel):
+                entry._depths[channel] = depth = 0
+                break
+            walked.append(entry)
+            entry = entry.base
+        for link in reversed(walked):
+            depth += 1
+            link._depths[channel] = depth
+        return self._depths[channel]
 
     def whole(self) -> Entry:
         """This entry with every value it builds on its base written whole (for when its base goes)."""
@@ -268,7 +283,7 @@ class History:
             if entry.base is not None:
                 whole_base = made_whole.get(id(entry.base.line))
                 if whole_base is not None:  # same values, so it may go on extending them
-                    self.entries[(ns, cid)] = replace(entry, base=whole_base)
+                    self.entries[(ns, cid)] = replace(entry, base=whole_base, _depths={})
                 elif not self._base_kept(entry):  # what it extends is not written
                     made_whole[id(entry.line)] = self.entries[(ns, cid)] = entry.whole()
         for key in self.crash_residue():
