@@ -271,6 +271,8 @@ def _check_checkpoint_fields(f: _Fields, checkpoint: dict[str, Any]) -> None:
     """The plain checkpoint fields LangGraph reads must have its types (see PLAIN_CHECKPOINT_KEYS)."""
     if type(checkpoint.get("v")) is not int:
         raise f.fail("checkpoint.v (LangGraph's checkpoint version) should be an integer")
+    if "ts" in checkpoint and not isinstance(checkpoint["ts"], str):
+        raise f.fail("checkpoint.ts (when the checkpoint was made) should be text")
     versions = checkpoint.get("channel_versions", {})
     if not (isinstance(versions, dict) and all(map(_is_version, versions.values()))):
         raise f.fail("checkpoint.channel_versions should map channels to versions (integers or text)")

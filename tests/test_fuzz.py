@@ -9,15 +9,20 @@ and memory. `TELAR_FUZZ_EXAMPLES` sets the examples per test (default 120).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import io
 import json
 import os
+import re
+import tempfile
 import time
 import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -310,3 +315,83 @@ def test_a_50_mb_line_is_refused_quickly_in_bounded_memory(shape: str) -> None:
 def test_a_zone_that_does_not_exist_is_our_error() -> None:
     """Found by a longer fuzz run: {"$zoneinfo": "0"} escaped as ZoneInfoNotFoundError."""
     exercise(with_value({"$zoneinfo": "0"}), "unknown zone")
+
+
+# --- mutated real threads through every read path: the saver, list, verify and the CLI ---
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+READ_STORE = Path(tempfile.mkdtemp(prefix="telar-fuzz-")) / "store"  # one file store for the module's examples
+
+
+@functools.cache
+def real_threads() -> list[str]:
+    """The golden histories of real runs above, and the golden files of every format version."""
+    return [*golden().values(), *(p.read_text(encoding="utf-8") for p in sorted(GOLDEN_DIR.glob("*.jsonl")))]
+
+
+def every_read_path(text: str, test: str) -> None:
+    """`text` stored as a thread of a file store, then read by `get_tuple` (latest, and by the id of
+    each checkpoint line), `list` (the thread, and every thread with a filter), `verify` and the
+    CLI's `show` and `history`: each gives a value or our error (the CLI: an exit code and one
+    line), never another exception."""
+    from telar_checkpoint import FileStore
+    from telar_checkpoint.cli import main
+    from telar_checkpoint.verify import verify_thread
+
+    CASES[test] += 1
+    store = FileStore(READ_STORE)
+    store.write("t", text)
+    saver = TelarSaver(store)
+    ids = [m.group(1) for m in re.finditer(r'"kind":"checkpoint"[^\n]*?"id":"([^"\n]{1,64})"', text)][:3]
+    calls: list[Callable[[], Any]] = [
+        lambda: saver.get_tuple({"configurable": {"thread_id": "t"}}),
+        *[lambda cid=cid: saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_id": cid, "checkpoint_ns": ""}}) for cid in ids],
+        lambda: list(saver.list({"configurable": {"thread_id": "t"}})),
+        lambda: list(saver.list(None, filter={"source": "loop"}, limit=5)),
+        lambda: verify_thread("t", text),
+    ]
+    for number, call in enumerate(calls):
+        try:
+            call()
+        except TelarError:
+            pass
+        except Exception as exc:  # pragma: no cover - a finding
+            raise AssertionError(f"read {number} raised {type(exc).__name__}, not a TelarError: {exc!r:.300}") from exc
+    for argv in (["show", str(READ_STORE), "t"], ["show", str(READ_STORE), "t", "--json"], ["history", str(READ_STORE), "t"]):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+            code = main(argv)
+        assert code in (0, 3, 4), (argv, code, err.getvalue()[-300:])
+        assert "Traceback" not in err.getvalue() and err.getvalue().count("\n") <= 1, err.getvalue()[-300:]
+    store.close()
+
+
+@FUZZ
+@given(st.data())
+def test_mutated_real_threads_through_every_read_path(data: st.DataObject) -> None:
+    """A real thread (a graph run's, or a golden file) with one line's field deleted, replaced or
+    joined by another, or characters of one line changed, through every read path."""
+    threads = real_threads()
+    lines = threads[data.draw(st.integers(0, len(threads) - 1), label="thread")].splitlines()
+    index = data.draw(st.integers(0, len(lines) - 1), label="line")
+    if data.draw(st.booleans(), label="as JSON"):
+        doc = orjson.loads(lines[index])
+        path = data.draw(st.sampled_from(list(paths(doc))), label="path")
+        how = data.draw(st.sampled_from(["delete", "replace", "add"]), label="how")
+        lines[index] = json.dumps(mutate(doc, path, how, data.draw(JSON, label="value")), ensure_ascii=False)
+    else:
+        line = lines[index]
+        at = data.draw(st.integers(0, len(line)), label="at")
+        line = line[:at] + data.draw(st.text(max_size=3), label="piece") + line[at + data.draw(st.integers(0, 3), label="cut") :]
+        lines[index] = line
+    every_read_path("".join(line + "\n" for line in lines), "mutated real thread, every read path")
+
+
+def test_a_checkpoint_time_that_is_not_text_is_our_error() -> None:
+    """Found by the fuzz test above: {"checkpoint": {"ts": true}} read, and crashed `history`."""
+    lines = golden()["interrupt"].splitlines()
+    doc = orjson.loads(lines[0])
+    doc["checkpoint"]["ts"] = True
+    text = "".join(line + "\n" for line in [orjson.dumps(doc).decode(), *lines[1:]])
+    with pytest.raises(StoredDataError, match="line 1: checkpoint.ts .* should be text"):
+        History.parse("t", text)
+    every_read_path(text, "checkpoint time not text")
