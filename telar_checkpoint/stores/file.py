@@ -513,11 +513,6 @@ class FileStore(DeferredAppends, Store):
         with self._errors("looking for temporary files in", None):
             return stale_temp_files(self._root, remove=False)
 
-    def remove_stale_temp_files(self) -> list[str]:
-        """Remove the `stale_temp_files`; those removed."""
-        with self._errors("removing temporary files in", None):
-            return stale_temp_files(self._root, remove=True)
-
     def _remove_stale_temp_files_if_due(self) -> None:
         """Before a rewrite: remove the stale temporary files, when this store has not looked for
         them in the last `_CLEAN_EVERY` seconds (a failure here fails no write)."""
