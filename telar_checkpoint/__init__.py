@@ -6,6 +6,7 @@ stores; the stores hold one string per thread.
 
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord, WriteRecord
 from telar_checkpoint.errors import (
+    ArgumentTypeError,
     CheckpointDroppedError,
     CorruptLineError,
     ForeignDataError,
@@ -29,6 +30,7 @@ from telar_checkpoint.stores import FileStore, MemoryStore, Store
 __all__ = [
     "FORMAT_V1",
     "FORMAT_V2",
+    "ArgumentTypeError",
     "CheckpointCodec",
     "CheckpointDroppedError",
     "CheckpointRecord",

@@ -15,6 +15,15 @@ class UsageError(TelarError, ValueError):
     """The caller asked for something that cannot be done (a bad argument or URL)."""
 
 
+class ArgumentTypeError(UsageError, TypeError):
+    """An argument of the wrong type: a `UsageError`, and the `TypeError` Python users expect."""
+
+
+class SaverContextError(UsageError, AttributeError):
+    """A saver's method asked of what `TelarSaver.from_conn_string` returns: a context manager
+    (an `AttributeError` too, so `hasattr` answers False)."""
+
+
 class NoStoreError(UsageError):
     """A URL or path names no store of ours: nothing is there, or another tool's data.
 

@@ -29,7 +29,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord, check_max_history
-from telar_checkpoint.errors import UsageError
+from telar_checkpoint.errors import ArgumentTypeError, SaverContextError, UsageError
 from telar_checkpoint.history import Entry, History
 from telar_checkpoint.serde_allowlist import with_msgpack_allowlist
 from telar_checkpoint.serializer import JsonSerializer
@@ -58,6 +58,21 @@ def _open_store(target: str | os.PathLike[str] | None) -> Store:
 
         return open_store(target)
     return FileStore(os.fspath(target or DEFAULT_DIRECTORY))
+
+
+def _check_arguments(store: object, serde: object, keep_finished_subgraphs: object) -> None:
+    """Refuse an argument of the wrong type in our words (`ArgumentTypeError`), saying what to pass."""
+    if store is not None and not isinstance(store, (Store, str, os.PathLike)):
+        raise ArgumentTypeError(
+            f"store must be a Store, a directory path or a store URL (sqlite:///x.db, postgresql://..., "
+            f"redis://...), not {type(store).__name__}"
+        )
+    if serde is not None and not (callable(getattr(serde, "dumps_typed", None)) and callable(getattr(serde, "loads_typed", None))):
+        raise ArgumentTypeError(
+            f"serde must be a LangGraph serializer (with dumps_typed and loads_typed), not {type(serde).__name__}"
+        )
+    if not isinstance(keep_finished_subgraphs, bool):
+        raise ArgumentTypeError(f"keep_finished_subgraphs must be True or False, not {type(keep_finished_subgraphs).__name__}")
 
 
 def _thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
@@ -97,6 +112,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         serde: SerializerProtocol | None = None,
         keep_finished_subgraphs: bool = False,
     ) -> None:
+        _check_arguments(store, serde, keep_finished_subgraphs)
         check_max_history(max_history)
         serde = serde or JsonSerializer()
         super().__init__(serde=serde)
@@ -500,3 +516,13 @@ class _SaverContext:
     async def __aexit__(self, *exc: object) -> None:
         if self.saver is not None:
             await self.saver.store.aclose()
+
+    def __getattr__(self, name: str) -> Any:
+        """A saver's method asked of the context manager (`from_conn_string` used without `with`)."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise SaverContextError(
+            f"TelarSaver.from_conn_string(...) gives a context manager, which has no {name!r}: use "
+            f"`with TelarSaver.from_conn_string(url) as saver:` (or `async with`), or `TelarSaver(url)` "
+            "for a saver you close yourself"
+        )
