@@ -139,7 +139,9 @@ def repair(
                          "`telar-checkpoint export --raw` to look at it, or delete it")
     target = _backup_path(store, thread_id, backup)
     try:
-        with open(target, "x", encoding="utf-8", errors="surrogateescape", newline="") as f:
+        # Readable by its owner only, as the thread files are (0600); never over an existing file.
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with open(descriptor, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
             f.write(plan.original)
     except FileExistsError:
         raise UsageError(f"{target} already exists; move it away or name another backup") from None

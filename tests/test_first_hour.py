@@ -46,3 +46,37 @@ def test_from_conn_string_without_with_says_how_to_use_it() -> None:
             assert await saver.aget_tuple({"configurable": {"thread_id": "t"}}) is None
 
     asyncio.run(used_async())
+
+
+def test_a_dry_run_migration_names_the_store_it_would_write(tmp_path, capsys) -> None:
+    from telar_checkpoint import FileStore
+    from telar_checkpoint.cli import main
+
+    with TelarSaver(FileStore(tmp_path / "from")) as saver:
+        saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, _checkpoint(), {"source": "input", "step": -1}, {})
+    for target, kind in ((tmp_path / "new-dir", "file"), (f"sqlite:///{tmp_path / 'new.db'}", "sqlite")):
+        assert main(["migrate", "--from", str(tmp_path / "from"), "--to", str(target), "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert f"to TelarSaver ({kind} store)" in out and "memory store" not in out
+    assert not (tmp_path / "new-dir").exists() and not (tmp_path / "new.db").exists()
+
+
+def test_a_repair_backup_is_readable_by_its_owner_only(tmp_path) -> None:
+    import stat
+
+    from telar_checkpoint import FileStore, repair
+
+    store = FileStore(tmp_path)
+    with TelarSaver(store) as saver:
+        saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, _checkpoint(), {"source": "input", "step": -1}, {})
+    store.write("t", (store.read("t") or "") + "not json\n")
+    done = repair(store, "t")
+    assert done.backup is not None
+    assert stat.S_IMODE((tmp_path / "t.jsonl").stat().st_mode) == 0o600
+    assert stat.S_IMODE(__import__("os").stat(done.backup).st_mode) == 0o600
+
+
+def _checkpoint() -> dict:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    return empty_checkpoint()  # type: ignore[return-value]

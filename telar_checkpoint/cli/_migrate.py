@@ -12,6 +12,7 @@ from telar_checkpoint.errors import StoredDataError, UsageError
 from telar_checkpoint.inspection import read_thread
 from telar_checkpoint.migration import MigrationReport, export_thread, import_thread, migrate, open_source
 from telar_checkpoint.saver import TelarSaver
+from telar_checkpoint.stores.url import store_kind
 
 
 def cmd_export(args: types.SimpleNamespace) -> int:
@@ -58,6 +59,8 @@ def cmd_migrate(args: types.SimpleNamespace) -> int:
             report = migrate(source, TelarSaver(store), thread_ids=list(args.threads) or None, dry_run=args.dry_run, progress=bar)
         finally:
             bar.close()
+    if args.dry_run:  # a dry run of a store not made yet ran on a memory store in its place: name the real one
+        report.target = f"TelarSaver ({store_kind(args.target)} store)"
     return _print_report(report, args.json)
 
 

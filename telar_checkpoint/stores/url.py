@@ -48,6 +48,16 @@ def scheme(url: str) -> str | None:
     return match.group(1).lower() if match and (len(match.group(1)) > 1 or "://" in url) else None
 
 
+def store_kind(url: str) -> str:
+    """The `Store.kind` of the store `url` names (a plain path: a file store), without opening it."""
+    kind = scheme(url)
+    if kind in (None, "file"):
+        return "file"
+    if kind in CLUSTER_SCHEMES:
+        return "redis-cluster"
+    return {"postgresql": "postgres", "rediss": "redis"}.get(kind, kind)  # type: ignore[arg-type]
+
+
 def local_path(url: str) -> Path | None:
     """The directory or database file that a plain path, ``file:`` or ``sqlite:`` URL (also
     ``langgraph+sqlite:``) names; None for other URLs."""
