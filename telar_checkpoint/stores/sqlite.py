@@ -39,7 +39,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Collection, Hashable, Iterator
+from collections.abc import Collection, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -64,6 +64,7 @@ _SETUP = (
 )
 _INDEX_READY = "SELECT 1 FROM telar_meta WHERE name = 'index' AND value = 'ready'"
 _SET_INDEX_READY = "INSERT OR REPLACE INTO telar_meta (name, value) VALUES ('index', 'ready')"
+_UNSET_INDEX_READY = "DELETE FROM telar_meta WHERE name = 'index'"
 _EMPTY = "SELECT NOT EXISTS (SELECT 1 FROM telar_chunks)"
 _ADD_TERM = "INSERT OR IGNORE INTO telar_terms (term, key) VALUES (?, ?)"
 _DROP_TERM = "DELETE FROM telar_terms WHERE term = ? AND key = ?"
@@ -116,11 +117,14 @@ class SQLiteStore(DeferredAppends, Store):
         fsync: bool = True,
         mode: int = 0o600,
         create: bool = True,
+        synced_index: bool = False,
     ) -> None:
         """`timeout`: seconds to wait for another writer; `fsync`: a write returns once its
         commit is on disk (else it may be lost on power loss, never corrupted); `mode`: permissions of a new database file;
         `create`: False opens only a database that already holds our tables,
-        changing nothing (NoStoreError otherwise, naming another tool's database)."""
+        changing nothing (NoStoreError otherwise, naming another tool's database);
+        `synced_index`: every change of the index is durable when it returns (for an index of
+        another store's data, whose writes sync nothing of this database: `file_index`)."""
         self.path = Path(path)
         self._where = f"SQLite database {self.path}"
         self.create = create
@@ -135,6 +139,7 @@ class SQLiteStore(DeferredAppends, Store):
         self._pid = os.getpid()
         self._ready = False
         self._commits = GroupCommit()
+        self.synced_index = synced_index
         _OPEN_STORES.add(self)
 
     # Connections
@@ -399,10 +404,24 @@ class SQLiteStore(DeferredAppends, Store):
     @contextmanager
     def _index_commit(self) -> Iterator[_Connection]:
         """A transaction on the index: committed without a sync of its own, as the write it
-        describes syncs the WAL, and with it every commit before (see the module docs)."""
-        with self._connection() as conn:
+        describes syncs the WAL, and with it every commit before (see the module docs); synced
+        as any write is with `synced_index`."""
+        with self._commit() if self.synced_index else self._connection() as conn:
             with self._transaction(conn):
                 yield conn
+
+    def write_keys(self, keys: Iterable[str]) -> None:
+        """Store each of `keys` that is not stored yet with an empty value, in one transaction."""
+        have = set(self.keys())
+        missing = [(encode(key), encode("")) for key in dict.fromkeys(keys) if key not in have]
+        if missing:
+            with self._commit() as conn, self._transaction(conn):
+                conn.executemany(_INSERT, missing)
+
+    def set_index_not_ready(self) -> None:
+        """Note that the index does not cover every key (`index_ready` is False until set again)."""
+        with self._commit() as conn:
+            conn.execute(_UNSET_INDEX_READY)
 
     def _raw_keys(self) -> list[bytes]:
         with self._connection() as conn:
