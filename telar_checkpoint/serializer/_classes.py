@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
-from enum import Enum
+from enum import Enum, Flag
 from typing import Any
 
 import pydantic
@@ -283,11 +283,23 @@ def _is_model_v1(cls: type) -> bool:
 
 
 def _is_namedtuple(cls: type) -> bool:
-    return issubclass(cls, tuple) and hasattr(cls, "_fields")
+    """A NamedTuple whose items are its `_fields`, read by tuple's own methods. A subclass
+    that adds computed fields is not: `platform.uname_result`'s `processor` runs ``uname -p``
+    when the tuple is iterated, so rebuilding and storing one again would start a process."""
+    if not issubclass(cls, tuple) or not hasattr(cls, "_fields"):
+        return False
+    made = next((base for base in cls.__mro__ if "_make" in vars(base)), None)  # namedtuple()'s class
+    return (
+        made is not None
+        and vars(made).get("_fields") == getattr(cls, "_fields", None)
+        and all(getattr(cls, name) is getattr(tuple, name) for name in ("__iter__", "__len__", "__getitem__"))
+    )
 
 
 def _namedtuple(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
-    cls, fields = _stored_class(payload, dec, allowlist, "$namedtuple", _is_namedtuple, "NamedTuple")
+    cls, fields = _stored_class(
+        payload, dec, allowlist, "$namedtuple", _is_namedtuple, "NamedTuple whose items are its fields"
+    )
     return fields if cls is None else _build(cls, lambda: cls(**fields), "$namedtuple", fields)
 
 
@@ -318,7 +330,38 @@ def _enum(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:
     record = expect_keys(payload, "$enum", ("class", "value"))
     cls = _class(record, "$enum", allowlist, lambda cls: issubclass(cls, Enum), "Enum")
     value = dec(record["value"])
+    if cls is not None and issubclass(cls, Flag):
+        _check_flag(cls, value)
     return value if cls is None else _build(cls, lambda: cls(value), "$enum", value)
+
+
+# The members (pseudo-members included) a Flag class may hold before the decoder makes
+# no new ones: Python caches each combination of bits it is asked for, for ever.
+MAX_FLAG_MEMBERS = 4096
+
+
+def _check_flag(cls: type[Flag], value: Any) -> None:
+    """Refuse a Flag value with bits `cls` does not define (each distinct one would be a
+    pseudo-member cached for ever), or a new combination once `cls` caches `MAX_FLAG_MEMBERS`."""
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if type(value) is not int:
+        raise bad("$enum", f"{name} is a Flag, and its value is {type(value).__name__}, not an int")
+    cached = cls._value2member_map_
+    if value in cached:
+        return
+    mask = getattr(cls, "_flag_mask_", None)
+    if type(mask) is not int:  # Python 3.10: the bits of its members
+        mask = 0
+        for member in cls.__members__.values():
+            mask |= member.value
+    if value & ~mask:  # a negative value has every high bit
+        raise bad("$enum", f"{name} value has bits its class does not define")
+    if len(cached) >= MAX_FLAG_MEMBERS:
+        raise bad(
+            "$enum",
+            f"{name} already holds {len(cached)} combinations of bits (the bound is {MAX_FLAG_MEMBERS}): "
+            "each new one is kept for ever",
+        )
 
 
 def _error(payload: Any, dec: Decode, allowlist: Allowlist) -> Any:

@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 
 from telar_checkpoint.errors import SerializationError
 from telar_checkpoint.serializer._classes import CLASS_TAGS
-from telar_checkpoint.serializer._payload import LEAF_TYPES, Decode, bad, expect_keys, want
+from telar_checkpoint.serializer._payload import LEAF_TYPES, REGEX_FLAGS, Decode, bad, expect_keys, is_zone_key, want
 from telar_checkpoint.serializer._registry import Allowlist
 
 FACTORIES: dict[Any, Any] = {
@@ -31,6 +31,8 @@ FACTORIES: dict[Any, Any] = {
     "int": int, "float": float, "str": str, "bool": bool, "bytes": bytes,
     "Counter": Counter, "OrderedDict": OrderedDict, "deque": deque,
 }  # fmt: skip
+# The distinct members of one stored set, or keys of one dict, that may share a hash.
+MAX_SAME_HASH = 64
 FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 
 
@@ -67,15 +69,43 @@ def _dict(payload: Any, dec: Decode) -> dict[str, Any]:
 
 
 def _map(payload: Any, dec: Decode) -> dict[Any, Any]:
-    out = {}
+    out: dict[Any, Any] = {}
+    hashes = _HashCount("$map")
     for pair in want(payload, list, "$map"):
         if type(pair) is not list or len(pair) != 2:
             raise bad("$map", f"expected [key, value], got {pair!r:.80}")
+        key, size = dec(pair[0]), len(out)
         try:
-            out[dec(pair[0])] = dec(pair[1])
+            out[key] = dec(pair[1])
         except TypeError as exc:  # an unhashable key
             raise bad("$map", str(exc)) from None
+        if len(out) != size:
+            hashes.add(key)
     return out
+
+
+class _HashCount:
+    """Counts the distinct members of a set or keys of a dict that share one hash.
+
+    Python keeps such members in one probe chain, so inserting the n-th compares it
+    with the n-1 before: members chosen to collide (multiples of 2**61 - 1 all hash
+    to 0) make building a container quadratic. Past `MAX_SAME_HASH` the value is
+    refused, so building one stays linear in its size.
+    """
+
+    __slots__ = ("counts", "tag")
+
+    def __init__(self, tag: str) -> None:
+        self.counts: dict[int, int] = {}
+        self.tag = tag
+
+    def add(self, member: Any) -> None:
+        """Count a member just added (not one equal to a member already there)."""
+        h = hash(member)
+        n = self.counts.get(h, 0) + 1
+        if n > MAX_SAME_HASH:
+            raise bad(self.tag, f"more than {MAX_SAME_HASH} members share one hash ({h}): a value built to be slow to read")
+        self.counts[h] = n
 
 
 def _any_dict(payload: Any, dec: Decode, tag: str) -> dict[Any, Any]:
@@ -146,8 +176,13 @@ def _timezone(payload: Any, dec: Decode) -> timezone:
 
 
 def _zoneinfo(payload: Any, dec: Decode) -> ZoneInfo:
-    try:  # ZoneInfo refuses keys that are paths outside the tz database
-        return ZoneInfo(want(payload, str, "$zoneinfo"))
+    key = want(payload, str, "$zoneinfo")
+    # ZoneInfo(key) reads the file, or imports the tzdata module, the key names:
+    # only the keys of the tz database are loaded.
+    if not is_zone_key(key):
+        raise bad("$zoneinfo", f"{key!r:.80} is not a time zone of the tz database")
+    try:
+        return ZoneInfo(key)
     except (ValueError, OSError) as exc:
         raise bad("$zoneinfo", str(exc)) from None
 
@@ -155,17 +190,27 @@ def _zoneinfo(payload: Any, dec: Decode) -> ZoneInfo:
 def _regex(payload: Any, dec: Decode) -> re.Pattern[Any]:
     record = expect_keys(payload, "$regex", ("pattern", "flags"))
     pattern = want(dec(record["pattern"]), (str, bytes), "$regex")
+    flags = want(record["flags"], int, "$regex")
+    if flags & ~REGEX_FLAGS:  # re.DEBUG prints when compiling; other bits are not re's
+        raise bad("$regex", f"flags {flags:#x} are not in re's public set ({REGEX_FLAGS:#x})")
     try:
-        return re.compile(pattern, want(record["flags"], int, "$regex"))
+        return re.compile(pattern, flags)
     except (re.error, ValueError) as exc:
         raise bad("$regex", str(exc)) from None
 
 
 def _set_of(kind: type, payload: Any, dec: Decode, tag: str) -> Any:
-    try:
-        return kind(dec(want(payload, list, tag)))
-    except TypeError as exc:  # an unhashable member
-        raise bad(tag, str(exc)) from None
+    out: set[Any] = set()
+    hashes = _HashCount(tag)
+    for item in want(payload, list, tag):
+        member, size = dec(item), len(out)
+        try:
+            out.add(member)
+        except TypeError as exc:  # an unhashable member
+            raise bad(tag, str(exc)) from None
+        if len(out) != size:
+            hashes.add(member)
+    return out if kind is set else kind(out)
 
 
 TAGS: dict[str, Callable[[Any, Decode], Any]] = {

@@ -27,6 +27,7 @@ import pydantic.v1
 from pydantic_core import PydanticUndefined
 
 from telar_checkpoint.errors import SerializationError
+from telar_checkpoint.serializer._payload import REGEX_FLAGS, is_zone_key
 from telar_checkpoint.serializer._registry import BUILTIN_CLASSES, class_name
 
 INT_MIN = -(1 << 63)
@@ -163,6 +164,8 @@ def _encode_timezone(obj: timezone) -> Any:
 def _encode_zoneinfo(obj: ZoneInfo) -> Any:
     if obj.key is None:
         raise SerializationError("cannot store a ZoneInfo loaded from a file (it has no key)")
+    if not is_zone_key(obj.key):  # loading refuses it: it reads only keys of the tz database
+        raise SerializationError(f"cannot store ZoneInfo {obj.key!r:.80}: it is not a key of the tz database")
     return {"$zoneinfo": obj.key}
 
 
@@ -179,7 +182,8 @@ def _encode_defaultdict(obj: defaultdict[Any, Any]) -> Any:
 
 
 def _encode_regex(obj: re.Pattern[Any]) -> Any:
-    return {"$regex": {"pattern": to_jsonable(obj.pattern), "flags": obj.flags}}
+    # Without re.DEBUG, which only prints the pattern when it is compiled (loading refuses it).
+    return {"$regex": {"pattern": to_jsonable(obj.pattern), "flags": obj.flags & REGEX_FLAGS}}
 
 
 ENCODERS: dict[type, Callable[[Any], Any]] = {
