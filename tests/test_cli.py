@@ -294,6 +294,8 @@ def test_trim_missing_and_corrupt_thread(capsys, url) -> None:
 
 # --- upgrade: a development build's lines (format version 3) rewritten in versions 1 and 2 ----------
 
+# (its tests are named test_golden*: the golden file's Interrupt values need a newer langgraph than the
+# lowest combination's)
 DEVELOPMENT_BUILD = (ROOT / "tests" / "golden" / "v3.jsonl").read_text(encoding="utf-8")
 
 
@@ -301,7 +303,7 @@ def formats(path: Path) -> set[int]:
     return {json.loads(line)["format"] for line in path.read_text(encoding="utf-8").splitlines()}
 
 
-def test_upgrade_rewrites_a_development_builds_threads_in_versions_1_and_2(capsys, url) -> None:
+def test_golden_v3_upgrade_rewrites_a_development_builds_threads_in_versions_1_and_2(capsys, url) -> None:
     for name in ("dev-a", "dev-b"):
         (Path(url) / f"{name}.jsonl").write_text(DEVELOPMENT_BUILD, encoding="utf-8")
     before = {name: ids(capsys, url, name) for name in ("dev-a", "dev-b", "steps")}
@@ -324,7 +326,7 @@ def test_upgrade_rewrites_a_development_builds_threads_in_versions_1_and_2(capsy
     assert code == 4 and json.loads(out)["upgraded"] == {} and json.loads(out)["current"] == 6
 
 
-def test_an_interrupted_upgrade_loses_nothing_and_a_second_run_finishes_it(tmp_path) -> None:
+def test_golden_v3_an_interrupted_upgrade_loses_nothing_and_a_second_run_finishes_it(tmp_path) -> None:
     from telar_checkpoint import CheckpointCodec
     from telar_checkpoint.upgrading import upgrade_format
 
