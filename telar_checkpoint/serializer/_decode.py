@@ -190,7 +190,7 @@ def _zoneinfo(payload: Any, dec: Decode) -> ZoneInfo:
 def _regex(payload: Any, dec: Decode) -> re.Pattern[Any]:
     record = expect_keys(payload, "$regex", ("pattern", "flags"))
     pattern = want(dec(record["pattern"]), (str, bytes), "$regex")
-    flags = want(record["flags"], int, "$regex")
+    flags = int(want(record["flags"], int, "$regex"))  # a plain int: an IntFlag formats as text on Python 3.10
     if flags & ~REGEX_FLAGS:  # re.DEBUG prints when compiling; other bits are not re's
         raise bad("$regex", f"flags {flags:#x} are not in re's public set ({REGEX_FLAGS:#x})")
     try:
