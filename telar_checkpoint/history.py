@@ -298,6 +298,11 @@ class History:
         self.torn, self.holds_trimmed, self.floors_appended, self.development_lines = None, False, 0, 0
         return text
 
+    def in_current_versions(self, text: str) -> str:
+        """`text`, the string this history was read from, with every line in format version 1 or
+        2: written again (from a copy) when it holds lines of a development build, else as it is."""
+        return self.clone().render() if self.development_lines else text
+
     @property
     def must_rewrite(self) -> bool:
         """Whether the next change must rewrite the string rather than append to it: its last

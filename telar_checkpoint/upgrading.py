@@ -62,7 +62,4 @@ def upgrade_format(
 def _in_versions_1_and_2(thread_id: str, old: str | None) -> str | None:
     """The thread's text with every line in version 1 or 2: rendered again if it holds lines of a
     development build (the same records), else as it is."""
-    if old is None:
-        return None
-    history = History.parse(thread_id, old)
-    return history.render() if history.development_lines else old
+    return None if old is None else History.parse(thread_id, old).in_current_versions(old)

@@ -42,8 +42,7 @@ def import_thread(saver: TelarSaver, thread_id: str, text: str, *, replace: bool
     if not history.entries:
         raise UsageError(f"nothing to import into thread {thread_id!r}: the text holds no checkpoint")
     saver.codec.decode_history(thread_id, text)  # every value readable by this saver's serializer
-    if history.development_lines:  # written in versions 1 and 2 (the same records)
-        text = history.clone().render()
+    text = history.in_current_versions(text)  # a development build's lines written as 1 and 2 (the same records)
     new = saver.codec.trim(text, saver.max_history) if saver.max_history is not None else text
     report = MigrationReport(".jsonl text", describe(saver))
 

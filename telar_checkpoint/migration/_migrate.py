@@ -224,7 +224,7 @@ def _built_from_text(source: TelarSaver, target: TelarSaver, thread_id: str) -> 
     history = source.codec.parse(thread_id, text)
     target.codec.decode_history(thread_id, text)  # every value readable by the target
     if history.development_lines:  # written in versions 1 and 2 (the same records)
-        text = history.clone().render()
+        text = history.in_current_versions(text)
     elif history.torn is not None:
         text = text[: len(text) - len(history.torn)]
     if target.max_history is not None:
