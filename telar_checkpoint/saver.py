@@ -328,7 +328,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def _copy_steps(self, source: str, target: str) -> Steps[None]:
         text = yield call(self.store.read, self.store.aread, source)
         if text is not None:
-            self.codec.parse(source, text)  # refuse to copy a corrupt history
+            text = self.codec.parse(source, text).in_current_versions(text)  # refuses a corrupt history
             yield call(self.rewrite, self.arewrite, target, lambda old: text, text=text)
 
     def _prune_steps(self, thread_ids: Sequence[str], strategy: str) -> Steps[None]:

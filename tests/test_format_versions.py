@@ -247,6 +247,19 @@ def test_golden_v3_migrating_or_importing_a_development_builds_thread_writes_it_
     assert migrate(TelarSaver(source), TelarSaver(target)).skipped == {"g": "already migrated"}
 
 
+def test_golden_v3_copying_a_development_builds_thread_writes_it_in_versions_1_and_2() -> None:
+    from telar_checkpoint import MemoryStore, TelarSaver
+
+    text = development_thread()
+    store = MemoryStore()
+    store.write("g", text)
+    TelarSaver(store).copy_thread("g", "copy")
+    copied = store.read("copy") or ""
+    assert versions(copied) == {1, 2}
+    assert read_records(copied) == read_records(text)
+    assert store.read("g") == text, "the source is left as it is"
+
+
 def test_golden_v3_verify_names_a_development_builds_lines() -> None:
     text = development_thread()
     problems = verify_thread("g", text)
