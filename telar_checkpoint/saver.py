@@ -384,7 +384,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         `text`: the history the change writes, when known before (a copy, a migration): its
         index terms are recorded before it is written. A change that only removes checkpoints
         needs none (an index may name a thread that no longer holds a term, never the reverse)."""
-        rewrite = RewriteThread(change, text)
+        rewrite = RewriteThread(change, self._index.text_terms(thread_id, text))
         self._writer.write(thread_id, rewrite)
         return rewrite.result()
 
@@ -433,7 +433,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         await arun(self._prune_steps(thread_ids, strategy))
 
     async def arewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
-        rewrite = RewriteThread(change, text)
+        rewrite = RewriteThread(change, self._index.text_terms(thread_id, text))
         await self._writer.awrite(thread_id, rewrite)
         return rewrite.result()
 

@@ -71,12 +71,12 @@ class PutWrites:
 
 
 class RewriteThread:
-    """A change of the thread's whole string, `change(old) -> new` (None: no thread). `text`:
-    the string it writes, when known before (its index terms are recorded first). Its error is
+    """A change of the thread's whole string, `change(old) -> new` (None: no thread). `terms`:
+    the index terms of the string it writes, when known before (recorded first). Its error is
     kept for its own caller (`result`), so that the writes carried with it are stored all the same."""
 
-    def __init__(self, change: StringChange, text: str | None = None) -> None:
-        self.change, self.text = change, text
+    def __init__(self, change: StringChange, terms: set[str] | None = None) -> None:
+        self.change, self.terms = change, terms
         self.new: str | None = None
         self.error: Exception | None = None
 
@@ -261,13 +261,6 @@ class Writer:
 
         return apply
 
-    def _terms(self, thread_id: str, change: Change | None) -> set[str] | None:
-        if isinstance(change, PutCheckpoint):
-            return change.terms
-        if isinstance(change, RewriteThread):
-            return self.index.text_terms(thread_id, change.text)
-        return None
-
     def _store_steps(self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Change | None) -> Steps[bool]:
         """Append `lines` if the store is at their version, else update whole; whether the write
         awaits the store's flush (an append to a store that defers, see `_flush_steps`). A failure
@@ -276,7 +269,8 @@ class Writer:
         before an append; all of them before an update, as the thread may have been deleted, and
         its terms with it, since), inside the turn: a write lingering for this put is carried, not
         left to time out."""
-        store, terms = self.store, self._terms(thread_id, change)
+        store = self.store
+        terms = change.terms if isinstance(change, (PutCheckpoint, RewriteThread)) else None
         with carrying(carried):
             if lines is not None:
                 version, history, suffix = lines
