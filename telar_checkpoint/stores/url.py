@@ -50,12 +50,10 @@ def scheme(url: str) -> str | None:
 
 def store_kind(url: str) -> str:
     """The `Store.kind` of the store `url` names (a plain path: a file store), without opening it."""
-    kind = scheme(url)
-    if kind in (None, "file"):
-        return "file"
+    kind = scheme(url) or "file"
     if kind in CLUSTER_SCHEMES:
         return "redis-cluster"
-    return {"postgresql": "postgres", "rediss": "redis"}.get(kind, kind)  # type: ignore[arg-type]
+    return {"postgresql": "postgres", "rediss": "redis"}.get(kind, kind)
 
 
 def local_path(url: str) -> Path | None:
