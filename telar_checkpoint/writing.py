@@ -114,10 +114,10 @@ class Writer:
         lingers and index, so that the two savers' writers of a thread take turns."""
         return Writer(self.store, self.index, self.lingers, self.locks)
 
-    def applied(self, thread_id: str, change: Change | None) -> StringChange | None:
+    def applied(self, thread_id: str, change: Change) -> StringChange:
         """`change` as a change of the stored string: the same edit, made on the history last
         parsed or made from that string."""
-        if change is None or isinstance(change, RewriteThread):
+        if isinstance(change, RewriteThread):
             return change
 
         def apply(old: str | None) -> str | None:
@@ -252,11 +252,11 @@ class Writer:
         """The carried batch's changes and this one, as one change of the stored string."""
         changes = [self.applied(thread_id, c) for c in (*(carried.changes if carried is not None else ()), change) if c is not None]
         if len(changes) == 1:
-            return cast(StringChange, changes[0])
+            return changes[0]
 
         def apply(old: str | None) -> str | None:
             for each in changes:
-                old = cast(StringChange, each)(old)
+                old = each(old)
             return old
 
         return apply
