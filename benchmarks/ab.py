@@ -143,18 +143,22 @@ def main(argv: list[str] | None = None) -> None:
             runs.append(run_once(args.experiment, store, settings))
         results[store] = {"runs": runs, "summary": summarize(runs)}
         log(f"{store}: {results[store]['summary']}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    stored_path = args.out / "ab.json"
+    text = markdown(args.experiment, EXPERIMENTS[args.experiment].__doc__ or "", results, settings)
+    publish(args.out, args.experiment, {"turns": args.turns, "results": results, "markdown": text})
+    print(text)
+
+
+def publish(out: Path, experiment: str, entry: dict[str, Any]) -> None:
+    """Keep `entry` (with its "markdown") as the experiment's section of ab.json and ab.md."""
+    out.mkdir(parents=True, exist_ok=True)
+    stored_path = out / "ab.json"
     stored = json.loads(stored_path.read_text()) if stored_path.exists() else {}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent)
-    stored[args.experiment] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": commit.stdout.strip(), "turns": args.turns,
-                               "results": results,
-                               "markdown": markdown(args.experiment, EXPERIMENTS[args.experiment].__doc__ or "", results, settings)}
+    stored[experiment] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": commit.stdout.strip(), **entry}
     stored_path.write_text(json.dumps(stored, indent=1) + "\n")
-    report = ["# Machinery A/B (benchmarks/ab.py)", ""]
-    report += [f"{entry['markdown']}\n_run {entry['date']} at commit {entry.get('commit', '?')}_\n" for entry in stored.values()]
-    (args.out / "ab.md").write_text("\n".join(report))
-    print(stored[args.experiment]["markdown"])
+    report = ["# Machinery A/B (benchmarks/ab.py, benchmarks/group_commit.py)", ""]
+    report += [f"{e['markdown']}\n_run {e['date']} at commit {e.get('commit', '?')}_\n" for e in stored.values()]
+    (out / "ab.md").write_text("\n".join(report))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The index of threads a saver keeps in its store: which threads hold a run id or a metadata value.
 
 `list(None, filter=...)` and `delete_for_runs` look threads up in it, where the store keeps one
-(`Store.indexes`), instead of reading every thread. A put's terms (`terms.metadata_terms`) are
+(the optional protocol `Indexed`), instead of reading every thread. A put's terms (`terms.metadata_terms`) are
 recorded before the write that holds them, so the index may name a thread that no longer holds
 a term, never the reverse. `ThreadIndex` remembers the terms this saver recorded, so that a put
 records only what is new; its operations are steps (steps.py), run sync or async by the saver.
@@ -14,7 +14,7 @@ from typing import Any
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import TelarError
 from telar_checkpoint.steps import Emit, Steps, Stream, call
-from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.base import Indexed, Store
 from telar_checkpoint.terms import filter_terms, history_terms, run_term
 
 KEYS_PAGE = 100  # threads asked of the store at a time by `list(None, ...)`
@@ -26,6 +26,7 @@ class ThreadIndex:
 
     def __init__(self, store: Store, codec: CheckpointCodec) -> None:
         self.store, self.codec = store, codec
+        self.indexed: Indexed | None = store if isinstance(store, Indexed) else None  # the store, when it keeps an index
         self._recorded: dict[str, set[str]] = {}  # thread -> index terms this saver recorded for it
         self._checked = False  # whether the store's index was found ready (or rebuilt)
 
@@ -54,7 +55,7 @@ class ThreadIndex:
 
     def text_terms(self, thread_id: str, text: str | None) -> set[str] | None:
         """The terms to record before a rewrite stores `text` (None: nothing to record)."""
-        if text is None or not self.store.indexes:
+        if text is None or self.indexed is None:
             return None
         self.forget(thread_id)
         return self.history_terms(thread_id, text)
@@ -62,32 +63,33 @@ class ThreadIndex:
     def stale_run_terms(self, thread_id: str, runs: set[str], new: str | None) -> set[str]:
         """The run terms a thread no longer needs once `delete_for_runs` left it `new`."""
         self.forget(thread_id)
-        if new is None or not self.store.indexes:
+        if new is None or self.indexed is None:
             return set()
         return {run_term(r) for r in runs} - self.history_terms(thread_id, new)
 
     def rebuild_steps(self) -> Steps[int]:
         """Record the terms of every thread, then note the index ready; the threads read."""
         count = 0
-        store = self.store
-        if store.indexes:
+        store, indexed = self.store, self.indexed
+        if indexed is not None:
             for thread_id in list((yield call(store.keys, store.akeys))):
                 text = yield call(store.read, store.aread, thread_id)
                 if text is not None:
-                    yield call(store.index, store.aindex, thread_id, self.history_terms(thread_id, text))
+                    yield call(indexed.index, indexed.aindex, thread_id, self.history_terms(thread_id, text))
                     count += 1
-            yield call(store.set_index_ready, store.aset_index_ready)
+            yield call(indexed.set_index_ready, indexed.aset_index_ready)
         self._recorded.clear()
-        self._checked = store.indexes
+        self._checked = indexed is not None
         return count
 
     def usable_steps(self) -> Steps[bool]:
         """Whether to look threads up in the store's index, rebuilding it first when it is not
         ready (a store written by a release without one): once per saver."""
-        if not self.store.indexes:
+        indexed = self.indexed
+        if indexed is None:
             return False
         if not self._checked:
-            if not (yield call(self.store.index_ready, self.store.aindex_ready)):
+            if not (yield call(indexed.index_ready, indexed.aindex_ready)):
                 yield from self.rebuild_steps()
             self._checked = True
         return True
@@ -102,7 +104,8 @@ class ThreadIndex:
             return
         terms = filter_terms(filter) if filter else None
         if terms is not None:
-            yield from _intersection_steps(terms, store)
+            assert self.indexed is not None  # (usable)
+            yield from _intersection_steps(terms, self.indexed)
             return
         after = None
         while page := (yield call(store.sorted_keys, store.asorted_keys, after, KEYS_PAGE)):
@@ -116,12 +119,14 @@ class ThreadIndex:
         if not (yield from self.usable_steps()):
             return sorted((yield call(store.keys, store.akeys)))
         threads: set[str] = set()
+        indexed = self.indexed
+        assert indexed is not None  # (usable)
         for run_id in runs:
-            threads.update((yield call(store.indexed, store.aindexed, run_term(run_id))))
+            threads.update((yield call(indexed.indexed, indexed.aindexed, run_term(run_id))))
         return sorted(threads)
 
 
-def _intersection_steps(terms: list[str], store: Store) -> Stream:
+def _intersection_steps(terms: list[str], store: Indexed) -> Stream:
     """The keys recorded under every term, in order, a page at a time, emitted. One term's keys
     come page by page; several terms' by seeking each in turn to the least key they could share
     (a zig-zag join), so the cost follows the keys found, not how many keys each term holds."""

@@ -23,7 +23,7 @@ from telar_checkpoint.errors import StoredDataError, UnknownFormatError
 from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, is_same, line_version, read_stored_line
 from telar_checkpoint.history import History
 from telar_checkpoint.inspection import Progress
-from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.base import SharedSpace, Store
 from telar_checkpoint.values import ValueCodec
 
 Severity = Literal["error", "warning"]
@@ -261,7 +261,8 @@ def verify_store(
     from telar_checkpoint.inspection import read_thread
 
     whole = thread_ids is None
-    report = VerifyReport(foreign=store.foreign() if whole else [], stale=store.stale_temp_files() if whole else [])
+    space = store if whole and isinstance(store, SharedSpace) else None
+    report = VerifyReport(foreign=space.foreign() if space else [], stale=space.stale_temp_files() if space else [])
     chosen = sorted(store.keys()) if thread_ids is None else list(thread_ids)
     for done, thread_id in enumerate(chosen, 1):
         text = read_thread(store, thread_id) if thread_ids is not None else store.read(thread_id)

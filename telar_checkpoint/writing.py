@@ -8,7 +8,8 @@ delete_for_runs, prune, copy, migration, import, trim, repair, upgrade). `Writer
 1. The thread's writers in this saver take turns (`writer_locks.Turns`).
 2. A put or writes is an edit of the history kept from the store's last version of the thread
    (`change.edit`: the rules, `rules.apply`, and compaction decide `Append` or `Rewrite`). An
-   `Append` is appended only if the store is still at that version (`append_if_deferred`).
+   `Append` is appended only if the store is still at that version (`Versioned.append_if`, or
+   `DeferredAppends.append_if_deferred`).
 3. Otherwise (no kept history, a `Rewrite`, a `RewriteThread`, or the store moved on) the
    store updates the string atomically with the same change applied to what it holds
    (`update_versioned`, `Writer.applied`).
@@ -23,17 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from telar_checkpoint.codec import CheckpointCodec, PreparedRecord
 from telar_checkpoint.errors import TelarError
+from telar_checkpoint.format import WritesLine
 from telar_checkpoint.history import History
 from telar_checkpoint.parse_cache import ParseCache, VersionedHistories
 from telar_checkpoint.rules import Edit, Rewrite, edited
 from telar_checkpoint.steps import Steps, arun, call, run
-from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.base import Store, Versioned
+from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.thread_index import ThreadIndex
 from telar_checkpoint.writer_locks import AsyncTurns, Batch, Lingers, Turns, WriterLocks, carrying
 
@@ -57,17 +60,14 @@ class PutCheckpoint:
 
 @dataclass(frozen=True, slots=True)
 class PutWrites:
-    """One task's pending writes `(idx, channel, encoded value)` for checkpoint `cid` of namespace `ns`."""
+    """One task's pending writes, their values encoded when they were given: the `WritesLine`
+    that is stored (or the part of it that changes something)."""
 
     codec: CheckpointCodec
-    ns: str
-    cid: str
-    task_id: str
-    task_path: str
-    writes: Sequence[tuple[int, str, Any]]
+    line: WritesLine
 
     def edit(self, history: History) -> tuple[History, Edit]:
-        return self.codec.writes_edit(history, self.ns, self.cid, self.task_id, self.writes, self.task_path)
+        return self.codec.writes_edit(history, self.line)
 
 
 class RewriteThread:
@@ -105,6 +105,8 @@ class Writer:
         self, store: Store, index: ThreadIndex, lingers: Lingers, locks: WriterLocks | None = None
     ) -> None:
         self.store, self.index, self.lingers = store, index, lingers
+        self.versioned: Versioned | None = store if isinstance(store, Versioned) else None  # the store, when it has versions
+        self.deferred: DeferredAppends | None = store if isinstance(store, DeferredAppends) else None  # when it defers durability
         self.locks = locks or WriterLocks()
         self.histories = VersionedHistories()  # parsed histories by the store's version: a hit reads nothing
         self.parses = ParseCache()  # by the text last given or made: a retried update parses only what is new
@@ -269,32 +271,37 @@ class Writer:
         before an append; all of them before an update, as the thread may have been deleted, and
         its terms with it, since), inside the turn: a write lingering for this put is carried, not
         left to time out."""
-        store = self.store
-        terms = change.terms if isinstance(change, (PutCheckpoint, RewriteThread)) else None
+        store, versioned, deferred, indexed = self.store, self.versioned, self.deferred, self.index.indexed
+        terms = change.terms if isinstance(change, (PutCheckpoint, RewriteThread)) and indexed is not None else None
         with carrying(carried):
-            if lines is not None:
+            if lines is not None and versioned is not None:
                 version, history, suffix = lines
                 if terms and (new := self.index.new_terms(thread_id, terms)):
-                    yield call(store.index, store.aindex, thread_id, new)
+                    yield call(indexed.index, indexed.aindex, thread_id, new)  # type: ignore[union-attr]  # (terms: indexed)
                     self.index.recorded(thread_id, new)
-                if not suffix and (yield call(store.version, store.aversion, thread_id)) == version:
+                if not suffix and (yield call(versioned.version, versioned.aversion, thread_id)) == version:
                     return False
                 new_version = None
-                if suffix:
-                    new_version = yield call(store.append_if_deferred, store.aappend_if_deferred, thread_id, suffix, version)
+                if suffix and deferred is not None:
+                    new_version = yield call(deferred.append_if_deferred, deferred.aappend_if_deferred, thread_id, suffix, version)
+                elif suffix:
+                    new_version = yield call(versioned.append_if, versioned.aappend_if, thread_id, suffix, version)
                 if new_version is not None:
                     self.histories.keep(thread_id, new_version, history)
-                    return store.deferred_appends
+                    return deferred is not None
             if terms:
-                yield call(store.index, store.aindex, thread_id, terms)
+                yield call(indexed.index, indexed.aindex, thread_id, terms)  # type: ignore[union-attr]  # (terms: indexed)
                 self.index.recorded(thread_id, terms)
-            update = call(store.update_versioned, store.aupdate_versioned, thread_id, self._applied_all(thread_id, carried, change))
-            self.kept(thread_id, *(yield update))
+            applied = self._applied_all(thread_id, carried, change)
+            if versioned is None:
+                yield call(store.update, store.aupdate, thread_id, applied)
+            else:
+                self.kept(thread_id, *(yield call(versioned.update_versioned, versioned.aupdate_versioned, thread_id, applied)))
         return False
 
     def _flush_steps(self, thread_id: str, carried: Batch | None, unflushed: bool) -> Steps[None]:
         """Make an `unflushed` append durable, then let the writers of the batch it carried return
         (run only when there is either: a lone durable write has nothing to do here)."""
         with carrying(carried, finish=True):
-            if unflushed:
-                yield call(self.store.flush, self.store.aflush, thread_id)
+            if unflushed and self.deferred is not None:
+                yield call(self.deferred.flush, self.deferred.aflush, thread_id)

@@ -8,12 +8,15 @@ tests/test_stores.py.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 
-from telar_checkpoint.stores import Store
+from telar_checkpoint import TelarSaver
+from telar_checkpoint.stores import Change, Store
 from telar_checkpoint.testing import StoreTests
 from tests.stores import describe, make_store, reopen
 
@@ -57,3 +60,72 @@ class TestRedisStore(OurStore):
 class TestRedisClusterStore(OurStore):
     kind = "redis-cluster"
     shared = True
+
+
+class PlainStore(Store):
+    """A store of the four abstract methods alone (none of the optional protocols), on a dict:
+    what a user's own store may be."""
+
+    kind = "plain"
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def read(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    def update(self, key: str, change: Change) -> str | None:
+        with self.lock:
+            new = change(self.values.get(key))
+            if new is None:
+                self.values.pop(key, None)
+            else:
+                self.values[key] = new
+            return new
+
+    def delete(self, key: str) -> None:
+        with self.lock:
+            self.values.pop(key, None)
+
+    def keys(self) -> Iterator[str]:
+        return iter(list(self.values))
+
+
+class TestPlainStore(StoreTests):
+    versions = False
+    indexes = False
+
+    @pytest.fixture
+    def store(self) -> Store:
+        return PlainStore()
+
+
+def test_a_saver_on_a_plain_store_runs_a_graph_and_its_time_travel() -> None:
+    """The saver needs none of the optional protocols: on `PlainStore`, a real graph's thread is
+    stored, continued, listed by filter, forked from a past checkpoint and deleted by run."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    def answer(state: MessagesState) -> dict[str, object]:
+        return {"messages": [("ai", f"heard {len(state['messages'])}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    saver = TelarSaver(PlainStore())
+    graph = builder.compile(checkpointer=saver)
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": [("user", "one")]}, config)
+    run = "7f6c1d0e-0000-4000-8000-000000000001"
+    out = graph.invoke({"messages": [("user", "two")]}, {**config, "metadata": {"run_id": run}})
+    assert [m.content for m in out["messages"]] == ["one", "heard 1", "two", "heard 3"]
+    history = list(graph.get_state_history(config))
+    assert len(history) == 6 and isinstance(saver.store, PlainStore) and "t" in saver.store.values
+    assert [t.config["configurable"]["thread_id"] for t in saver.list(None, filter={"step": 1})] == ["t"]
+    assert sum(1 for t in saver.list(config) if t.metadata and t.metadata.get("run_id") == run) == 3
+    saver.delete_for_runs([run])
+    assert not any(t.metadata and t.metadata.get("run_id") == run for t in saver.list(config))
+    past = next(s for s in graph.get_state_history(config) if s.metadata and s.metadata["step"] == 1)
+    forked = graph.invoke({"messages": [("user", "again")]}, past.config)
+    assert [m.content for m in forked["messages"]] == ["one", "heard 1", "again", "heard 3"]

@@ -14,7 +14,7 @@ from telar_checkpoint.errors import StoredDataError, UsageError
 from telar_checkpoint.history import History
 from telar_checkpoint.inspection import read_thread, stored_size
 from telar_checkpoint.saver import TelarSaver
-from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.base import Indexed, Store
 
 
 @dataclass(slots=True)
@@ -115,7 +115,7 @@ def cmd_upgrade(args: types.SimpleNamespace) -> int:
 
 def cmd_reindex(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
-        if not store.indexes:
+        if not isinstance(store, Indexed):
             raise UsageError(f"the {store.kind} store keeps no index")
         count = TelarSaver(store).rebuild_index()
     if args.json:

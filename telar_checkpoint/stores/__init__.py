@@ -1,4 +1,4 @@
-"""Stores: strings keyed by thread id. See `Store` for the interface.
+"""Stores: strings keyed by thread id. See `Store` for the interface and its optional protocols.
 
 The server stores are imported on first use of their names, so importing this
 package does not import psycopg or redis.
@@ -9,8 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.file import FileStore
+from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -35,4 +36,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["Change", "FileStore", "MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore", "Store", "open_store"]
+__all__ = [
+    "Change", "DeferredAppends", "FileStore", "Indexed", "MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore",
+    "SharedSpace", "Store", "Versioned", "open_store",
+]

@@ -6,10 +6,10 @@ import bisect
 import threading
 from collections.abc import Collection, Hashable, Iterator
 
-from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.base import Change, Indexed, Store, Versioned
 
 
-class MemoryStore(Store):
+class MemoryStore(Store, Versioned, Indexed):
     """Keeps every history in a dict guarded by a lock; nothing survives the process.
 
     A value is kept as the list of pieces appended to it, joined when read, so an
@@ -17,8 +17,6 @@ class MemoryStore(Store):
     """
 
     kind = "memory"
-    versions = True
-    indexes = True
 
     def __init__(self) -> None:
         self._data: dict[str, list[str]] = {}

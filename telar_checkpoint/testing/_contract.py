@@ -20,7 +20,8 @@ except ImportError as exc:  # pragma: no cover - the test extra is missing
     raise ImportError("telar_checkpoint.testing needs pytest and hypothesis: pip install 'telar-checkpoint[test]'") from exc
 
 from telar_checkpoint.errors import StoreError
-from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.base import Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.testing._machine import StoreMachine
 from telar_checkpoint.testing._workers import (
     INDEX_KEYS,
@@ -92,12 +93,14 @@ class StoreTests:
     # --- What the class declares ---
 
     def test_declared_capabilities(self, store: Store) -> None:
-        """The store declares what the class does (`Store.versions`, `Store.indexes`), and does what it declares."""
-        for capability in ("versions", "indexes"):
-            declared = getattr(store, capability)
-            assert declared is getattr(self, capability), f"the store declares {capability} = {declared}: so should the class"
+        """The store has the optional protocols the class declares (`Versioned`, `Indexed`), and does what they say."""
+        for capability, protocol in (("versions", Versioned), ("indexes", Indexed)):
+            has = isinstance(store, protocol)
+            declared = getattr(self, capability)
+            assert has is declared, f"the store is {'' if has else 'not '}{protocol.__name__}: declare {capability} = {has}"
         store.write("t", "v\n")
-        assert (store.version("t") is not None) is store.versions, "declare versions = whether version() gives tokens"
+        if isinstance(store, Versioned):
+            assert store.version("t") is not None, "a Versioned store gives a version for a stored value"
         if self.shared:
             other = self.reopen(store)
             try:
@@ -107,11 +110,16 @@ class StoreTests:
         run_async(store, self._async_declared_capabilities)
 
     async def _async_declared_capabilities(self, astore: Store) -> None:
+        if not isinstance(astore, Versioned):
+            return
         version = await astore.aversion("t")
-        assert (version is not None) is astore.versions, "declare versions = whether aversion() gives tokens"
-        moved = await astore.aappend_if_deferred("t", "w\n", version)
-        assert (moved is not None) is astore.versions and await astore.aread("t") == ("v\nw\n" if astore.versions else "v\n")
-        await astore.aflush("t")
+        assert version is not None, "a Versioned store gives a version for a stored value (async)"
+        if isinstance(astore, DeferredAppends):
+            moved = await astore.aappend_if_deferred("t", "w\n", version)
+            await astore.aflush("t")
+        else:
+            moved = await astore.aappend_if("t", "w\n", version)
+        assert moved is not None and await astore.aread("t") == "v\nw\n"
 
     # --- The basic contract ---
 
@@ -155,14 +163,14 @@ class StoreTests:
             store.write(key, key)
         store.delete("b")
         assert sorted(store.keys()) == ["a", "c"]
-        assert store.foreign() == []
+        assert not isinstance(store, SharedSpace) or store.foreign() == []
 
     def test_unicode_keys_round_trip_inside_the_store(self, store: Store, tmp_path: Path) -> None:
         for i, key in enumerate(KEYS):
             store.write(key, f"value {i}")
         assert sorted(store.keys()) == sorted(KEYS)
         assert all(store.read(key) == f"value {i}" for i, key in enumerate(KEYS))
-        assert store.foreign() == []
+        assert not isinstance(store, SharedSpace) or store.foreign() == []
         assert [path for path in tmp_path.rglob("*") if not self.owns_path(store, path)] == []
         for key in KEYS:
             store.delete(key)
@@ -194,7 +202,8 @@ class StoreTests:
 
         def one_write(i: int) -> None:
             store.update("t", append(f"{i}\n"))
-            store.version("t")
+            if isinstance(store, Versioned):
+                store.version("t")
             store.read("t")
 
         def run_in_new_thread(i: int) -> None:
@@ -279,6 +288,7 @@ class StoreTests:
 
     @needs("versions", "shared")
     def test_processes_racing_append_if_one_winner_per_version(self, store: Store) -> None:
+        assert isinstance(store, Versioned)
         assert_one_winner_per_version(self._race_in_processes(store, append_if_lines, 50), workers=4, count=50)
 
     async def _async_twins(self, astore: Store) -> None:
@@ -314,6 +324,7 @@ class StoreTests:
 
     @needs("versions")
     def test_version_changes_with_every_write(self, store: Store) -> None:
+        assert isinstance(store, Versioned)
         assert store.version("t") is None
         seen = []
         for change in (lambda old: "one\n", append("two\n"), lambda old: "other\n", lambda old: ""):
@@ -330,6 +341,7 @@ class StoreTests:
 
     @needs("versions")
     def test_a_no_op_update_reports_the_version_too(self, store: Store) -> None:
+        assert isinstance(store, Versioned)
         store.update_versioned("t", lambda old: "v\n")
         new, version = store.update_versioned("t", lambda old: old)
         assert new == "v\n" and version is not None and store.version("t") == version
@@ -338,6 +350,7 @@ class StoreTests:
 
     @needs("versions")
     def test_append_if_refuses_a_stale_version_and_writes_nothing(self, store: Store) -> None:
+        assert isinstance(store, Versioned)
         assert store.append_if("absent", "x", None) is None
         _new, first = store.update_versioned("t", lambda old: "one\n")
         assert first is not None
@@ -357,6 +370,7 @@ class StoreTests:
     def test_appending_nothing_returns_a_usable_version(self, store: Store) -> None:
         """An empty suffix changes nothing: the version it returns (which may be the one it
         was given) is the current one, and the next append at it succeeds."""
+        assert isinstance(store, Versioned)
         _new, version = store.update_versioned("t", lambda old: "")
         assert version is not None
         kept = store.append_if("t", "", version)
@@ -366,7 +380,9 @@ class StoreTests:
 
     @needs("versions", "shared")
     def test_another_store_object_sees_every_write(self, store: Store) -> None:
+        assert isinstance(store, Versioned)
         other = self.reopen(store)
+        assert isinstance(other, Versioned)
         try:
             _new, version = store.update_versioned("t", lambda old: "one\n")
             assert version is not None and other.version("t") == version
@@ -382,6 +398,7 @@ class StoreTests:
     @needs("versions")
     @pytest.mark.parametrize("value", VALUES + ["lone \ud800 high", "nul \x00 char"], ids=range(len(VALUES) + 2))
     def test_append_if_stores_exactly_or_refuses(self, store: Store, value: str) -> None:
+        assert isinstance(store, Versioned)
         _new, version = store.update_versioned("t", lambda old: "head\n")
         assert version is not None
         try:
@@ -393,12 +410,14 @@ class StoreTests:
 
     @needs("versions")
     def test_threads_racing_append_if_one_winner_per_version(self, store: Store) -> None:
+        assert isinstance(store, Versioned)
         store.write("shared", "")
         with ThreadPoolExecutor(6) as pool:
             list(pool.map(lambda worker: append_if_loop(store, worker, 30), range(6)))
         assert_one_winner_per_version(store.read("shared"), workers=6, count=30)
 
     async def _async_versions(self, astore: Store) -> None:
+        assert isinstance(astore, Versioned)
         assert await astore.aversion("t") is None
         new, version = await astore.aupdate_versioned("t", lambda old: "one\n")
         assert new == "one\n" and version is not None and version == await astore.aversion("t")
@@ -412,9 +431,11 @@ class StoreTests:
 
     @needs("versions")
     def test_async_versions(self, store: Store) -> None:
+        assert isinstance(store, Versioned)
         run_async(store, self._async_versions)
 
     async def _async_racing_append_if_one_winner(self, astore: Store) -> None:
+        assert isinstance(astore, Versioned)
         _new, version = await astore.aupdate_versioned("t", lambda old: "")
         assert version is not None
         for round_ in range(5):
@@ -426,12 +447,14 @@ class StoreTests:
 
     @needs("versions")
     def test_async_racing_append_if_one_winner(self, store: Store) -> None:
+        assert isinstance(store, Versioned)
         run_async(store, self._async_racing_append_if_one_winner)
 
     # --- The index (see `Store.index`) ---
 
     @needs("indexes")
     def test_indexed_gives_the_keys_recorded_under_a_term_in_order(self, store: Store) -> None:
+        assert isinstance(store, Indexed)
         for key in INDEX_KEYS:
             store.write(key, "v\n")
             store.index(key, ["run:1", f"own:{key}"])
@@ -443,6 +466,7 @@ class StoreTests:
 
     @needs("indexes")
     def test_indexed_pages_from_a_start_key(self, store: Store) -> None:
+        assert isinstance(store, Indexed)
         for key in INDEX_KEYS:
             store.index(key, ["t"])
         expected = sorted(INDEX_KEYS)
@@ -460,18 +484,21 @@ class StoreTests:
     @needs("indexes")
     def test_index_may_name_a_key_before_its_value_exists(self, store: Store) -> None:
         """The saver records terms before the write they describe: a key without a value yet."""
+        assert isinstance(store, Indexed)
         store.index("later", ["run:1"])
         assert store.indexed("run:1") == ["later"]
         assert store.read("later") is None
 
     @needs("indexes")
     def test_recording_a_term_twice_keeps_one(self, store: Store) -> None:
+        assert isinstance(store, Indexed)
         store.index("a", ["t", "t"])
         store.index("a", ["t"])
         assert store.indexed("t") == ["a"]
 
     @needs("indexes")
     def test_unindex_forgets_only_what_it_names(self, store: Store) -> None:
+        assert isinstance(store, Indexed)
         store.index("a", ["t", "u"])
         store.index("b", ["t"])
         store.unindex("a", ["t", "never"])
@@ -480,6 +507,7 @@ class StoreTests:
 
     @needs("indexes")
     def test_delete_forgets_the_keys_terms(self, store: Store) -> None:
+        assert isinstance(store, Indexed)
         store.write("a", "v\n")
         store.write("b", "v\n")
         store.index("a", ["t"])
@@ -489,6 +517,7 @@ class StoreTests:
 
     @needs("indexes")
     def test_terms_of_any_text_round_trip(self, store: Store) -> None:
+        assert isinstance(store, Indexed)
         terms = ['meta:["k","s\\u0000"]', "run:тред 🧵", "x" * 200, "a b\nc"]
         store.index("k", terms)
         for term in terms:
@@ -496,6 +525,7 @@ class StoreTests:
 
     @needs("indexes")
     def test_index_is_ready_on_a_new_store_and_stays_ready(self, store: Store) -> None:
+        assert isinstance(store, Indexed)
         assert store.index_ready()
         store.write("a", "v\n")
         assert store.index_ready()
@@ -513,9 +543,11 @@ class StoreTests:
 
     @needs("indexes", "shared")
     def test_another_store_object_sees_the_index(self, store: Store) -> None:
+        assert isinstance(store, Indexed)
         store.write("a", "v\n")
         store.index("a", ["t"])
         other = self.reopen(store)
+        assert isinstance(other, Indexed)
         try:
             assert other.indexed("t") == ["a"]
             assert other.sorted_keys() == ["a"]
@@ -524,6 +556,7 @@ class StoreTests:
             other.close()
 
     async def _async_index(self, store: Store) -> None:
+        assert isinstance(store, Indexed)
         await store.awrite("b", "v\n")
         await store.awrite("a", "v\n")
         await store.aindex("b", ["t"])
@@ -536,6 +569,7 @@ class StoreTests:
 
     @needs("indexes")
     def test_async_index(self, store: Store) -> None:
+        assert isinstance(store, Indexed)
         run_async(store, self._async_index)
 
     # --- A state machine against a plain dict ---

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Any
 
 try:
     import pytest
@@ -12,7 +13,8 @@ except ImportError as exc:  # pragma: no cover - the test extra is missing
     raise ImportError("telar_checkpoint.testing needs pytest and hypothesis: pip install 'telar-checkpoint[test]'") from exc
 
 from telar_checkpoint.errors import StoreError
-from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.base import Change
+from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.testing._workers import append, fail
 
 MACHINE_KEYS = st.sampled_from(["a", "b/..", "nul\x00", "é🧵", ""])
@@ -25,7 +27,7 @@ class StoreMachine(RuleBasedStateMachine):
     keys it must give, and those it may still give (a key deleted while absent, or by an update
     to None, may keep its terms: the index may name more keys than hold a term, never fewer)."""
 
-    store: Store
+    store: Any  # a Store; also Versioned when `versions`, Indexed when `indexes`
     versions: bool
     indexes: bool
 
@@ -125,7 +127,7 @@ class StoreMachine(RuleBasedStateMachine):
         if stale:
             version = next((v for v in reversed(self.seen.get(key, [])) if v != current), ("not", "a", "version"))
         try:
-            if deferred:
+            if deferred and isinstance(self.store, DeferredAppends):
                 moved = self.store.append_if_deferred(key, suffix, version)
                 self.store.flush(key)
             else:
