@@ -24,6 +24,7 @@ from telar_checkpoint.format import (
     PLAIN_CHECKPOINT_KEYS,
     SAME,
     CheckpointLine,
+    WritesLine,
     is_same,
     plain_metadata,
     write_checkpoint,
@@ -73,7 +74,7 @@ class PreparedRecord:
     metadata: dict[str, Any]  # plain JSON
     extra: dict[str, Any]  # other checkpoint fields, encoded
     values: dict[str, Any]  # channel -> encoded value, for the channels encoded at once
-    writes: list[tuple[str, int, str, Any, str]]  # (task, idx, channel, encoded value, path)
+    writes: list[WritesLine]  # a task's writes a line, encoded
 
 
 class CheckpointCodec:
@@ -163,8 +164,14 @@ class CheckpointCodec:
         appended.update(unchanged)
         return values, appended, lists
 
-    def _writes_of(self, record: CheckpointRecord) -> list[tuple[str, int, str, Any, str]]:
-        return [(w.task_id, w.idx, w.channel, self.values.encode(w.value), w.task_path) for w in record.writes]
+    def _writes_of(self, record: CheckpointRecord) -> list[WritesLine]:
+        by_task: dict[tuple[str, str], WritesLine] = {}
+        for w in record.writes:
+            task = by_task.get((w.task_id, w.task_path))
+            if task is None:
+                task = by_task[(w.task_id, w.task_path)] = WritesLine(record.checkpoint_ns, record.id, w.task_id, w.task_path, [])
+            task.writes.append((w.idx, w.channel, self.values.encode(w.value)))
+        return list(by_task.values())
 
     def record(self, entry: Entry) -> CheckpointRecord:
         """The record of a parsed entry, with its state values decoded."""
@@ -222,13 +229,10 @@ class CheckpointCodec:
         """Pending writes `(idx, channel, value)` with their values encoded (see `PreparedRecord`)."""
         return [(idx, ch, self.values.encode(v)) for idx, ch, v in writes]
 
-    def writes_edit(
-        self, history: History, checkpoint_ns: str, checkpoint_id: str, task_id: str,
-        encoded: Sequence[tuple[int, str, Any]], task_path: str = "",
-    ) -> tuple[History, Edit]:
-        """`history` with pending writes `(idx, channel, encoded value)` of one task
-        (`encode_writes`) added, and the edit of its string (no lines when nothing changed)."""
-        return apply(history, AddWrites(checkpoint_ns, checkpoint_id, task_id, task_path, tuple(encoded)))
+    def writes_edit(self, history: History, line: WritesLine) -> tuple[History, Edit]:
+        """`history` with one task's pending writes (values encoded: `encode_writes`) added,
+        and the edit of its string (no lines when nothing changed)."""
+        return apply(history, AddWrites(line))
 
     def append(
         self,
@@ -263,7 +267,7 @@ class CheckpointCodec:
         encoded = self.encode_writes(writes)
         return self.apply(
             stored,
-            lambda history: self.writes_edit(history, checkpoint_ns, checkpoint_id, task_id, encoded, task_path),
+            lambda history: self.writes_edit(history, WritesLine(checkpoint_ns, checkpoint_id, task_id, task_path, encoded)),
             thread_id=thread_id,
         )[0]
 

@@ -149,15 +149,12 @@ class Entry:
         return Entry(line, self.writes)
 
 
-def merge_writes(
-    target: dict[WriteKey, Write], task_id: str, path: str, writes: Iterable[tuple[int, str, Any]]
-) -> list[tuple[int, str, Any]]:
-    """Fold writes into `target`: regular ones are idempotent, special (negative idx) ones overwrite.
-
-    Returns the writes that changed something.
-    """
+def merge_writes(target: dict[WriteKey, Write], line: WritesLine) -> list[tuple[int, str, Any]]:
+    """Fold a task's writes into `target`: regular ones are idempotent, special (negative idx)
+    ones overwrite. Returns the writes that changed something."""
     changed = []
-    for idx, channel, value in writes:
+    task_id, path = line.task_id, line.task_path
+    for idx, channel, value in line.writes:
         key = (task_id, idx)
         if idx >= 0 and key in target:
             continue
@@ -268,7 +265,7 @@ class History:
                 if entry is None and key not in history.orphans and history._below is not None:
                     history._below.orphan(*key)
                 target = entry.writes if entry is not None else history.orphans.setdefault(key, {})
-                merge_writes(target, line.task_id, line.task_path, line.writes)
+                merge_writes(target, line)
             else:
                 history.dropped[line.ns] = line
                 if line.floor is not None and history.entries:
@@ -428,9 +425,10 @@ class History:
     # --- changes ---------------------------------------------------------------
 
     def put(
-        self, line: CheckpointLine, writes: Iterable[tuple[str, int, str, Any, str]] = (), *, keep_finished_calls: bool = False
+        self, line: CheckpointLine, writes: Iterable[WritesLine] = (), *, keep_finished_calls: bool = False
     ) -> bool:
-        """Store a checkpoint; returns True when others were dropped or one was updated in place.
+        """Store a checkpoint with its tasks' `writes`; returns True when others were dropped or
+        one was updated in place.
 
         `keep_finished_calls`: see `finished_calls`."""
         key = (line.ns, line.id)
@@ -440,21 +438,25 @@ class History:
         head = self.latest(line.ns)  # before this put
         self._add_line(line)
         target = self._writes_for(key) if writes else {}
-        for task_id, idx, channel, value, path in writes:
-            merge_writes(target, task_id, path, [(idx, channel, value)])
+        for task_writes in writes:
+            merge_writes(target, task_writes)
         replaced = not in_place and bool(self._replace_for(line, head))
         finished = bool(self._drop_finished_calls(keep_finished_calls))
         return in_place or replaced or finished
 
-    def add_writes(self, ns: str, cid: str, task_id: str, path: str, writes: list[tuple[int, str, Any]]) -> WritesLine | None:
-        """Fold writes into their checkpoint; the line to append, or None if nothing changed.
+    def add_writes(self, line: WritesLine) -> WritesLine | None:
+        """Fold a task's writes into their checkpoint; the line to append (the writes that
+        changed something), or None if nothing changed.
 
         Writes that arrive after their checkpoint was dropped (trimmed or replaced while they
         were on their way, with async durability) are not stored: nothing reads them."""
+        ns, cid = line.ns, line.checkpoint_id
         if (ns, cid) not in self.entries and self.dropped_reason(ns, cid) is not None:
             return None
-        changed = merge_writes(self._writes_for((ns, cid)), task_id, path, writes)
-        return WritesLine(ns, cid, task_id, path, changed) if changed else None
+        changed = merge_writes(self._writes_for((ns, cid)), line)
+        if not changed:
+            return None
+        return line if len(changed) == len(line.writes) else WritesLine(ns, cid, line.task_id, line.task_path, changed)
 
     def _would_cycle(self, line: CheckpointLine) -> bool:
         """Whether storing `line` closes a loop of parent links: its parent's ancestors lead back

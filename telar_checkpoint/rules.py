@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from telar_checkpoint.format import CheckpointLine, write_writes
+from telar_checkpoint.format import CheckpointLine, WritesLine, write_writes
 from telar_checkpoint.history import Entry, History, Key
 
 # --- edits: what an operation does to the stored string ---------------------------------
@@ -54,25 +53,21 @@ def edited(stored: str | None, edit: Edit) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Put:
-    """Store a checkpoint line, with its writes `(task, idx, channel, encoded value, path)`;
+    """Store a checkpoint line, with its tasks' writes (a `WritesLine` a task);
     `lists`: the JSON text of its list channels, kept for the next put to compare with;
     then keep the last `max_history` checkpoints of each namespace (None: all)."""
 
     line: CheckpointLine
-    writes: Sequence[tuple[str, int, str, Any, str]] = ()
+    writes: Sequence[WritesLine] = ()
     lists: dict[str, bytes] | None = None
     max_history: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class AddWrites:
-    """Fold one task's pending writes `(idx, channel, encoded value)` into checkpoint `cid`."""
+    """Fold one task's pending writes into their checkpoint."""
 
-    ns: str
-    cid: str
-    task_id: str
-    task_path: str
-    writes: Sequence[tuple[int, str, Any]]
+    line: WritesLine
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +99,7 @@ def apply(history: History, operation: Operation, *, keep_finished_calls: bool =
     if isinstance(operation, Put):
         return new, _put(new, operation, keep_finished_calls)
     if isinstance(operation, AddWrites):
-        line = new.add_writes(operation.ns, operation.cid, operation.task_id, operation.task_path, list(operation.writes))
+        line = new.add_writes(operation.line)
         if new.must_rewrite:
             return new, Rewrite(new.render())
         return new, _appended(new, [] if line is None else [write_writes(line)])
@@ -138,7 +133,7 @@ def _put(history: History, put: Put, keep: bool) -> Edit:
         return Rewrite(history.render())
     added = [line.text]
     if put.writes and entry is not None:
-        tasks = {task for task, *_ in put.writes}
+        tasks = {w.task_id for w in put.writes}
         mine = {k: v for k, v in entry.writes.items() if k[0] in tasks}
         added.extend(write_writes(w) for w in history.writes_records(line.ns, line.id, mine))
     history.count_appended(added)

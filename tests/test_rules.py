@@ -33,7 +33,8 @@ def text_of(*lines: CheckpointLine) -> str:
 CHAIN = text_of(line(1, None, "input"), line(2, 1), line(3, 2))  # three checkpoints, each the parent of the next
 FORKED = CHAIN + text_of(line(4, 1, "fork"))  # and a fork from the first
 TRIMMED = write_dropped(DroppedLine("", "00000002")) + "\n" + text_of(line(2, 1), line(3, 2))  # checkpoint 1 trimmed
-WRITES = AddWrites("", "00000003", "task", "", [(0, "count", 7)])
+TASK_WRITES = WritesLine("", "00000004", "task", "", [(0, "count", 9)])  # one task's writes, with the put of checkpoint 4
+WRITES = AddWrites(WritesLine("", "00000003", "task", "", [(0, "count", 7)]))
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def ids(*numbers: int) -> list[str]:
 ROWS = [
     Row("a put that moves on from the head appends its line", CHAIN, Put(line(4, 3)), Append, ids(1, 2, 3, 4), 1),
     Row("a put into an empty history appends", "", Put(line(1, None, "input")), Append, ids(1), 1),
-    Row("a put with writes appends them after it", CHAIN, Put(line(4, 3), [("task", 0, "count", 9, "")]), Append, ids(1, 2, 3, 4), 2),
+    Row("a put with writes appends them after it", CHAIN, Put(line(4, 3), [TASK_WRITES]), Append, ids(1, 2, 3, 4), 2),
     Row("a fork from the past is kept beside the path", CHAIN, Put(line(4, 1, "fork")), Append, ids(1, 2, 3, 4), 1),
     Row("moving on from a fork replaces what came after its parent", FORKED, Put(line(5, 4)), Rewrite, ids(1, 4, 5)),
     Row("the same checkpoint again is updated in place", CHAIN, Put(line(3, 2)), Rewrite, ids(1, 2, 3)),
@@ -61,7 +62,7 @@ ROWS = [
     Row("writes for a stored checkpoint append one line", CHAIN, WRITES, Append, ids(1, 2, 3), 1),
     Row("writes already stored change nothing", CHAIN + write_writes(WritesLine("", "00000003", "task", "", [(0, "count", 7)])) + "\n",
         WRITES, Append, ids(1, 2, 3), 0),
-    Row("writes for a trimmed checkpoint are not stored", TRIMMED, AddWrites("", "00000001", "late", "", [(0, "count", 1)]),
+    Row("writes for a trimmed checkpoint are not stored", TRIMMED, AddWrites(WritesLine("", "00000001", "late", "", [(0, "count", 1)])),
         Append, ids(2, 3), 0),
     Row("a trim that cuts rewrites", CHAIN, Trim(1), Rewrite, ids(3)),
     Row("a trim with nothing to cut changes nothing", CHAIN, Trim(5), Append, ids(1, 2, 3), 0),
@@ -90,7 +91,7 @@ def test_rule(row: Row) -> None:
 
 def test_an_edit_applied_to_the_string_gives_the_new_historys_text() -> None:
     history = History.parse("t", CHAIN)
-    new, edit = apply(history, Put(line(4, 3), [("task", 0, "count", 9, "")]))
+    new, edit = apply(history, Put(line(4, 3), [TASK_WRITES]))
     assert isinstance(edit, Append) and edited(CHAIN, edit) == new.render() == CHAIN + edit.text
 
 
