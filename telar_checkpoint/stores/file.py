@@ -33,8 +33,9 @@ from collections.abc import Collection, Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import ForeignDataError, StoreError, StoreFullError, UsageError
-from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store
 from telar_checkpoint.stores.common import attempts, encode, extension, gave_up
 from telar_checkpoint.stores.file_access import (
     CLOEXEC,
@@ -87,7 +88,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_parents_files)
 
 
-class FileStore(DeferredAppends, Store):
+class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
     """Histories as files under `directory`, one per thread.
 
     The last text read or written for each file is kept with the file's
@@ -98,9 +99,8 @@ class FileStore(DeferredAppends, Store):
     """
 
     kind = "file"
-    versions = True  # a file's signature (see `file_handle.signature_of`)
-    deferred_appends = True  # a batch of appends shares one fsync, in `flush`
-    indexes = True  # in an SQLite database beside the files (see `file_index`)
+    # Versioned: a file's signature (see `file_handle.signature_of`); DeferredAppends: a batch of
+    # appends shares one fsync, in `flush`; Indexed: in an SQLite database beside the files (`file_index`).
     carry_writes = True  # a write waits for an fsync (see `Store.carry_writes`, measured)
 
     def __init__(
@@ -115,6 +115,7 @@ class FileStore(DeferredAppends, Store):
         """`create`: make the directory when missing (False, for a command that only reads:
         a missing directory is then a `UsageError`, and nothing is created); `lock_timeout`:
         seconds a write waits for another writer's lock on a thread (`StoreBusyError` then)."""
+        check(FileStore.__init__, locals())
         self.directory = Path(directory)
         self._root = os.fspath(self.directory)
         self.mode = mode

@@ -4,7 +4,9 @@
 source): it creates nothing, and names what is there instead (no file, another
 tool's database). `open_target` creates a store where there is none, but refuses a
 plain path that is a file, or a directory that holds only other files. A plain path
-is accepted only as a directory of ours (or, for `open_target`, a new one).
+is accepted only as a directory of ours (or, for `open_target`, a new one). A database
+that holds a LangGraph saver's data and none of ours is refused by the store itself, as
+in the library (`stores.foreign`); `open_target` sets the store up at once to say so.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from telar_checkpoint.stores.url import local_path, open_store, scheme
 
 _OUR_ENTRIES = (".jsonl", ".d", "~long", ".tmp", ".index")  # what a FileStore puts at the top of its directory
 _NO_CREATE = ("sqlite", "postgresql", "postgres")  # the stores that take `create=False`
+_SET_UP = (*_NO_CREATE, "redis", "rediss")  # the stores that refuse another tool's data when set up
 
 
 def _check_directory(url: str, path: Path, *, must_exist: bool) -> None:
@@ -50,26 +53,15 @@ def _check_directory(url: str, path: Path, *, must_exist: bool) -> None:
         )
 
 
-def _check_database(path: Path) -> None:
-    """Refuse to add our tables to a LangGraph SqliteSaver database (a migration's source, surely)."""
-    if is_sqlite_file(path) and sqlite_tool(sqlite_tables(path)) == "LangGraph SqliteSaver":
-        raise ForeignStoreError(
-            f"{path} is a LangGraph SqliteSaver database, not a store of ours: give a new file, or ours "
-            f"(to read it, migrate --from langgraph+sqlite:///{path})"
-        )
-
-
 def _open(url: str, *, create: bool) -> Store:
     kind = scheme(url)
     path = local_path(url)
     if kind in (None, "file") and path is not None:
         _check_directory(url, path, must_exist=not create)
-    if kind == "sqlite" and create and path is not None:
-        _check_database(path)
-    if not create and kind in _NO_CREATE:
-        store = open_store(url, create=False)
+    if kind in (_SET_UP if create else _NO_CREATE):
+        store = open_store(url) if create else open_store(url, create=False)
         try:
-            store.schema_version()  # type: ignore[attr-defined]  # (every store of _NO_CREATE has one) connects now: a missing or foreign store is named before anything else
+            store.schema_version()  # type: ignore[attr-defined]  # (every store of _SET_UP has one) connects now: a missing or foreign store is named before anything else
         except BaseException:
             store.close()
             raise

@@ -53,8 +53,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by simulating a missing driver
     raise ImportError(f"{exc}: PostgresStore needs psycopg; pip install 'telar-checkpoint[postgres]'") from exc
 
-from telar_checkpoint.errors import NoStoreError, StoreError, UsageError
-from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint._arguments import check
+from telar_checkpoint.errors import NoAsyncDriverError, NoStoreError, StoreError, UsageError
+from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.common import check_schema, decode_key, decoded_keys, driver_error, driver_errors, encode, extension
 from telar_checkpoint.stores.event_loops import INHERITED, PerLoop
 from telar_checkpoint.stores.postgres_connections import AsyncConnections, Connections
@@ -100,12 +101,11 @@ def server_name(conninfo: str, **kwargs: Any) -> str:
     return f"{host}:{port}"
 
 
-class PostgresStore(Store):
+class PostgresStore(Store, Versioned, Indexed, SharedSpace):
     """Histories as rows of ``{table_prefix}histories`` in `schema` (created if needed)."""
 
     kind = "postgres"
-    versions = True  # drawn from the sequence ``{prefix}versions``
-    indexes = True  # ``{prefix}terms``
+    # Versioned: drawn from the sequence ``{prefix}versions``; Indexed: ``{prefix}terms``.
     carry_writes = True  # a write is a round trip (see `Store.carry_writes`, measured)
 
     def __init__(
@@ -118,15 +118,20 @@ class PostgresStore(Store):
         timeout: float = 30.0,
         connect_timeout: float = 5.0,
         create: bool = True,
+        share_database: bool = False,
         **connect_kwargs: Any,
     ) -> None:
         """`conninfo`: a libpq URL or key=value string; `max_size`: connections lent at once (sync,
         and per event loop); `timeout`: seconds to wait for one; `connect_timeout`: seconds to wait
         for the server; `connect_kwargs` go to `psycopg.connect` (``application_name=...``, say);
         `create`: False opens only tables that already exist, creating nothing (NoStoreError
-        otherwise, naming another tool's tables)."""
+        otherwise, naming another tool's tables); `share_database`: add our tables beside a LangGraph
+        PostgresSaver's (else, when the schema holds its tables and none of ours, the first operation
+        raises ForeignStoreError, creating nothing)."""
+        check(PostgresStore.__init__, {k: v for k, v in locals().items() if k != "connect_kwargs"})
         self.conninfo = conninfo
         self.create = create
+        self.share_database = share_database
         self.schema = schema
         try:
             self.server = server_name(conninfo, **connect_kwargs)
@@ -152,6 +157,12 @@ class PostgresStore(Store):
         return await psycopg.AsyncConnection.connect(self.conninfo, **self._kwargs)
 
     def _new_async_connections(self) -> AsyncConnections:
+        given = self._kwargs.get("cursor_factory")
+        if given is not None and not issubclass(given, psycopg.AsyncCursor):
+            raise NoAsyncDriverError(
+                f"PostgresStore was given cursor_factory={given.__module__}.{given.__qualname__}, a sync cursor, "
+                "which its async methods cannot use: use the sync methods, or give it no cursor_factory"
+            )
         return AsyncConnections(self._aconnect, self.server, *self._limits)
 
     def _check_pid(self) -> None:
@@ -169,6 +180,8 @@ class PostgresStore(Store):
         fresh = False
         if self.create:
             yield self._sql.advisory_lock, (self._sql.lock_name,)
+            if not self.share_database:
+                yield from self._refuse_foreign_steps()
             rows = yield self._sql.terms_exist, ()
             fresh = not rows[0][0]
             for statement in self._sql.setup:
@@ -188,6 +201,25 @@ class PostgresStore(Store):
             if not rows[0][0]:  # a new store: nothing to index
                 yield self._sql.set_index_ready, ()
         return SCHEMA_VERSION
+
+    def _refuse_foreign_steps(self) -> Steps:
+        """Refuse a schema holding a LangGraph PostgresSaver's tables and none of ours (see `stores.foreign`)."""
+        rows = yield self._sql.foreign_probe, ()
+        if rows[0][0] or not rows[0][1]:  # ours are there, or LangGraph's are not
+            return
+        from telar_checkpoint.stores.foreign import THREADS_COUNTED, masked, refusal
+
+        rows = yield self._sql.foreign_threads, (THREADS_COUNTED + 1,)
+        threads = int(rows[0][0])
+        dbname = conninfo_to_dict(self.conninfo).get("dbname")
+        where = f"PostgreSQL database {f'{dbname} ' if dbname else ''}at {self.server}" + (f", schema {self.schema}" if self.schema else "")
+        url = self.conninfo if "://" in self.conninfo else "postgresql://..."
+        if self.schema:
+            url += f"{'&' if '?' in url else '?'}options=-c%20search_path%3D{self.schema}"
+        raise refusal(
+            where, "PostgresSaver", min(threads, THREADS_COUNTED), threads <= THREADS_COUNTED,
+            source=masked("langgraph+" + url), target=masked(url),
+        )
 
     def _existing_steps(self) -> Steps:
         """Without `create`: check that our tables are there (of schema 2), changing nothing."""
@@ -476,6 +508,10 @@ _STATEMENTS = {
     "meta_exists": "SELECT to_regclass({meta_name}) IS NOT NULL",
     "terms_exist": "SELECT to_regclass({terms_name}) IS NOT NULL",
     "v1_table": "SELECT to_regclass({histories_name}) IS NOT NULL",
+    # ours (of any schema), and a LangGraph PostgresSaver's tables, in the schema the store uses
+    "foreign_probe": "SELECT to_regclass({meta_name}) IS NOT NULL OR to_regclass({histories_name}) IS NOT NULL, "
+    "to_regclass({lg_checkpoints}) IS NOT NULL AND to_regclass({lg_writes}) IS NOT NULL AND to_regclass({lg_blobs}) IS NOT NULL",
+    "foreign_threads": "SELECT count(*) FROM (SELECT DISTINCT thread_id FROM {lg_checkpoints_table} LIMIT %s) AS t",
     "tables": "SELECT table_name FROM information_schema.tables WHERE table_schema = coalesce(%s, current_schema())",
     "record_version": "INSERT INTO {meta} VALUES ('schema_version', {version}) ON CONFLICT DO NOTHING",
     "record_v1": "INSERT INTO {meta} VALUES ('schema_version', '1') ON CONFLICT DO NOTHING",
@@ -515,6 +551,10 @@ class _Queries:
             names[table] = sql.Identifier(schema, prefix + table) if schema else sql.Identifier(prefix + table)
             names[f"{table}_name"] = sql.Literal(names[table].as_string(None))  # for to_regclass, nextval
         names["terms_key"] = sql.Identifier(prefix + "terms_key")  # an index is in its table's schema
+        for name, table in (("checkpoints", "checkpoints"), ("writes", "checkpoint_writes"), ("blobs", "checkpoint_blobs")):
+            identifier = sql.Identifier(schema, table) if schema else sql.Identifier(table)  # LangGraph's PostgresSaver's
+            names[f"lg_{name}"] = sql.Literal(identifier.as_string(None))
+            names[f"lg_{name}_table"] = identifier
         names["schema"] = sql.Identifier(schema or "")
 
         def compose(text: str) -> sql.Composed:

@@ -8,7 +8,7 @@ Keys, under the store's prefix (schema 3); ``id`` is the raw UTF-8 bytes of the 
 ``h:`` + part       the thread's value: the exact UTF-8 bytes of its history
 ``v:`` + part       its version token: random bytes drawn anew by every write
 ``t:`` + part       the set of its index terms (so that a delete can drop them)
-``i:`` + term       the ids recorded under the term (`Store.index`), a sorted set (score 0)
+``i:`` + term       the ids recorded under the term (`Indexed.index`), a sorted set (score 0)
 ``keys``            every id holding a value, a sorted set (score 0) read by ``ZRANGEBYLEX``
 ``index``           ``ready`` once the index covers every value
 ``schema``          the schema version
@@ -72,9 +72,10 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by simulating a missing driver
     raise ImportError(f"{exc}: RedisStore needs redis; pip install 'telar-checkpoint[redis]'") from exc
 
-from telar_checkpoint.errors import StoreError, UsageError
+from telar_checkpoint._arguments import check
+from telar_checkpoint.errors import NoAsyncDriverError, StoreError, UsageError
 from telar_checkpoint.stores import redis_scripts as scripts
-from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.common import (
     attempts,
     check_schema,
@@ -113,6 +114,9 @@ SCHEMA_VERSION = 3
 
 SCAN_BATCH = 1000
 """Keys asked of each ``SCAN`` call, and ids added to the key set by one ``ZADD``."""
+
+FOREIGN_SCANS = 20
+"""SCAN calls made, at most, looking for a LangGraph saver's keys when a new prefix is set up."""
 
 Version = tuple[bytes, int]
 """A value's token and its length in bytes."""
@@ -157,12 +161,11 @@ def _expected(version: Hashable) -> tuple[bytes, int] | None:
     return None
 
 
-class RedisStore(Store):
+class RedisStore(Store, Versioned, Indexed, SharedSpace):
     """Histories as Redis strings under `prefix` on the server or cluster at `url`."""
 
     kind = "redis"
-    versions = True  # (token, length): see the module's docs
-    indexes = True
+    # Versioned: (token, length), see the module's docs; Indexed: a sorted set per term.
     carry_writes = True  # a write is a round trip (see `Store.carry_writes`, measured)
 
     def __init__(
@@ -172,14 +175,20 @@ class RedisStore(Store):
         prefix: str = "telar:",
         connect_timeout: float = 5.0,
         timeout: float | None = 30.0,
+        share_database: bool = False,
         **client_options: Any,
     ) -> None:
         """`url`: ``redis://``, ``rediss://`` or ``unix://`` for a server, ``redis+cluster://host:port[,host:port...]``
         (or ``rediss+cluster://``) for a Redis Cluster, reached through any of the nodes named.
         `connect_timeout` and `timeout`: seconds to wait for a connection and for a reply;
-        `client_options` go to redis-py's client (``redis.Redis`` or ``redis.cluster.RedisCluster``)."""
+        `client_options` go to redis-py's client (``redis.Redis`` or ``redis.cluster.RedisCluster``);
+        `share_database`: write under a new prefix of a server that holds a LangGraph RedisSaver's keys
+        (else the first write, or any operation but a read, raises ForeignStoreError, writing nothing;
+        not checked on a cluster)."""
+        check(RedisStore.__init__, {k: v for k, v in locals().items() if k != "client_options"})
         self.url = url
         self.prefix = prefix
+        self.share_database = share_database
         self.cluster = scheme(url) in CLUSTER_SCHEMES
         if self.cluster:
             self.kind = "redis-cluster"
@@ -200,6 +209,7 @@ class RedisStore(Store):
         }
         self._lock = threading.Lock()
         self._ready = False  # the schema was checked
+        self._looked = share_database  # another tool's keys were looked for (a read's check, `_look`)
         self._index_ready = False
         if self.cluster:
             self._nodes, self._node_options = cluster_nodes(url)
@@ -318,7 +328,10 @@ class RedisStore(Store):
                 if not (yield ("SET", self._schema_key, SCHEMA_VERSION, "NX")):
                     recorded = yield ("GET", self._schema_key)
         else:
+            if not self.share_database and (yield ("EXISTS", self._schema_key)) == 0:
+                yield from self._refuse_foreign_steps()
             recorded = yield _Eval(scripts.SETUP, [self._schema_key, self._index_key], [SCHEMA_VERSION])
+        self._looked = True
         version = SCHEMA_VERSION if recorded is None else self._schema_number(recorded)
         check_schema(f"{self._where}, keys under {self.prefix!r}", version, SCHEMA_VERSION)
         if version < SCHEMA_VERSION:
@@ -329,6 +342,45 @@ class RedisStore(Store):
                 )
             yield ("SET", self._schema_key, SCHEMA_VERSION)  # a release without the index now refuses to write here
         self._ready = True
+
+    def _look_steps(self) -> Steps:
+        """A read's check, which writes nothing: a prefix of ours not yet written, on a server that
+        holds a LangGraph RedisSaver's keys, is refused as the first write would be."""
+        if not self.cluster and (yield ("EXISTS", self._schema_key)) == 0:
+            yield from self._refuse_foreign_steps()
+        self._looked = True
+
+    def _look(self) -> None:
+        with self._errors():
+            self._drive(self._look_steps())
+
+    async def _alook(self) -> None:
+        with self._errors():
+            await self._adrive(self._look_steps())
+
+    def _refuse_foreign_steps(self) -> Steps:
+        """Refuse a new prefix on a server holding a LangGraph RedisSaver's keys (see `stores.foreign`):
+        at most `FOREIGN_SCANS` SCAN calls look for them, counting their threads up to THREADS_COUNTED."""
+        from telar_checkpoint.stores.foreign import LANGGRAPH_REDIS_MATCH, THREADS_COUNTED, masked, redis_thread, refusal
+
+        threads: set[bytes] = set()
+        cursor, calls, complete = b"0", 0, True
+        while True:
+            cursor, keys = yield ("SCAN", cursor, "MATCH", LANGGRAPH_REDIS_MATCH, "COUNT", SCAN_BATCH)
+            threads.update(thread for thread in map(redis_thread, keys) if thread is not None)
+            calls += 1
+            if int(cursor) == 0:
+                break
+            if calls == FOREIGN_SCANS or len(threads) > THREADS_COUNTED:
+                complete = False
+                break
+        if threads:
+            db = self._client.connection_pool.connection_kwargs.get("db", 0)
+            raise refusal(
+                f"{self._where} (database {db})", "RedisSaver",
+                min(len(threads), THREADS_COUNTED), complete and len(threads) <= THREADS_COUNTED,
+                source=None, target=masked(self.url),
+            )
 
     def _schema_number(self, recorded: bytes) -> int:
         try:
@@ -432,10 +484,14 @@ class RedisStore(Store):
     # Sync
 
     def read(self, key: str) -> str | None:
+        if not self._looked:
+            self._look()
         with self._errors():
             return _decode(self._command("GET", self._raw_key(key)), key)
 
     def version(self, key: str) -> Version | None:
+        if not self._looked:
+            self._look()
         try:  # not `_errors()`: the saver's fast path, where a context manager's cost shows (A/B: 4 µs a call)
             return _version(self._eval(scripts.VERSION, self._raw_keys_of(key), []))
         except _ERRORS as exc:
@@ -521,6 +577,13 @@ class RedisStore(Store):
     # Async: one client per event loop
 
     def _new_async_client(self) -> _AsyncClient:
+        given = self._options.get("connection_class")
+        if given is not None and not issubclass(given, redis.asyncio.connection.AbstractConnection):
+            raise NoAsyncDriverError(
+                f"RedisStore was given connection_class={given.__module__}.{given.__qualname__}, a sync connection, "
+                "which its async methods cannot use: use the sync methods, or give it no connection_class "
+                "(for TLS, a rediss:// URL; for a socket, unix://)"
+            )
         if self.cluster:
             nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self._nodes]
             options = {**_CLUSTER_DEFAULTS, **self._node_options, **self._options}
@@ -570,10 +633,14 @@ class RedisStore(Store):
             return stop.value
 
     async def aread(self, key: str) -> str | None:
+        if not self._looked:
+            await self._alook()
         with self._errors():
             return _decode(await self._acommand("GET", self._raw_key(key)), key)
 
     async def aversion(self, key: str) -> Version | None:
+        if not self._looked:
+            await self._alook()
         with self._errors():
             return _version(await self._aeval(scripts.VERSION, self._raw_keys_of(key), []))
 

@@ -43,8 +43,9 @@ from collections.abc import Collection, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import NoStoreError, StoreError
-from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store
 from telar_checkpoint.stores.common import check_schema, decode_key, decode_value, decoded_keys, driver_error, encode, extension
 from telar_checkpoint.stores.group_commit import DeferredAppends, GroupCommit
 
@@ -100,13 +101,12 @@ class _Connection(sqlite3.Connection):
     writing = False
 
 
-class SQLiteStore(DeferredAppends, Store):
+class SQLiteStore(Store, DeferredAppends, Indexed, SharedSpace):
     """Histories as chunks in ``telar_chunks`` of the database file at `path` (see the module docs)."""
 
     kind = "sqlite"
-    versions = True  # the largest seq of a key's chunks
-    deferred_appends = True  # commits share one fsync of the WAL, in `flush`
-    indexes = True  # ``telar_terms``
+    # Versioned: the largest seq of a key's chunks; DeferredAppends: commits share one fsync of the
+    # WAL, in `flush`; Indexed: ``telar_terms``.
     carry_writes = True  # a write waits for an fsync of the WAL (see `Store.carry_writes`, measured)
 
     def __init__(
@@ -118,13 +118,17 @@ class SQLiteStore(DeferredAppends, Store):
         mode: int = 0o600,
         create: bool = True,
         synced_index: bool = False,
+        share_database: bool = False,
     ) -> None:
         """`timeout`: seconds to wait for another writer; `fsync`: a write returns once its
         commit is on disk (else it may be lost on power loss, never corrupted); `mode`: permissions of a new database file;
         `create`: False opens only a database that already holds our tables,
         changing nothing (NoStoreError otherwise, naming another tool's database);
         `synced_index`: every change of the index is durable when it returns (for an index of
-        another store's data, whose writes sync nothing of this database: `file_index`)."""
+        another store's data, whose writes sync nothing of this database: `file_index`);
+        `share_database`: add our tables to a database that holds a LangGraph SqliteSaver's (else,
+        when it holds no tables of ours, the first operation raises ForeignStoreError, writing nothing)."""
+        check(SQLiteStore.__init__, locals())
         self.path = Path(path)
         self._where = f"SQLite database {self.path}"
         self.create = create
@@ -140,6 +144,7 @@ class SQLiteStore(DeferredAppends, Store):
         self._ready = False
         self._commits = GroupCommit()
         self.synced_index = synced_index
+        self.share_database = share_database
         _OPEN_STORES.add(self)
 
     # Connections
@@ -186,6 +191,8 @@ class SQLiteStore(DeferredAppends, Store):
             conn.text_factory = bytes
             if conn.execute("PRAGMA encoding").fetchone()[0] != b"UTF-8":
                 raise StoreError(f"SQLite database {self.path} is not UTF-8 encoded; use a new file")
+            if self.create and not self._ready and not self.share_database:  # before the journal mode changes the file
+                self._refuse_foreign(conn)
             self._use_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")  # the WAL is fsynced by `flush`
             if not self._ready:
@@ -222,6 +229,14 @@ class SQLiteStore(DeferredAppends, Store):
             raise NoStoreError(f"{where} holds a store of schema 1; open it once with TelarSaver to upgrade it")
         if "telar_meta" not in tables:
             raise not_ours(where, tables, postgres=False, langgraph_url=f"langgraph+sqlite:///{self.path}")
+
+    def _refuse_foreign(self, conn: sqlite3.Connection) -> None:
+        """Refuse a LangGraph SqliteSaver's database without our tables (see `stores.foreign`)."""
+        from telar_checkpoint.stores.foreign import langgraph_sqlite
+
+        refused = langgraph_sqlite(conn, self.path)
+        if refused is not None:
+            raise refused
 
     def _setup(self, conn: sqlite3.Connection) -> None:
         self._refuse_if_forked_mid_write()

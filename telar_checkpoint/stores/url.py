@@ -4,7 +4,9 @@
 SQLAlchemy), ``postgresql://...`` (or ``postgres://``), ``redis://...`` (or ``rediss://``),
 ``redis+cluster://host:port[,host:port...]`` (or ``rediss+cluster://``) for a Redis Cluster, and
 ``memory://``. Server stores connect on first use; an unreachable server is a `StoreError`
-naming it, and a missing driver is a `UsageError` saying what to install.
+naming it, and a missing driver is a `UsageError` saying what to install. A SQLite, PostgreSQL
+or Redis URL may end with ``?share_database=true``: the store's ``share_database`` option, taken
+off the URL (see `stores.foreign`).
 
 This module is the one place that reads store URLs: `scheme`, `local_path` and `shown` serve
 the CLI and migration too.
@@ -21,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 from telar_checkpoint.errors import UsageError
 from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.foreign import SHARE_OPTION
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 """The schemes of a Redis Cluster's URL (``rediss``: TLS)."""
@@ -67,8 +70,31 @@ def local_path(url: str) -> Path | None:
     return None
 
 
+def share_option(url: str) -> tuple[str, bool | None]:
+    """`url` without its ``share_database`` parameter, and the parameter's value (None: not given).
+
+    >>> share_option("sqlite:///app.db?share_database=true")
+    ('sqlite:///app.db', True)
+    """
+    base, mark, rest = url.partition("?")
+    query, hash_mark, fragment = rest.partition("#")
+    kept, value = [], None
+    for item in query.split("&") if mark else []:
+        name, _, text = item.partition("=")
+        if unquote(name) != SHARE_OPTION:
+            kept.append(item)
+        elif unquote(text).lower() in ("true", "1", "yes", "false", "0", "no"):
+            value = unquote(text).lower() in ("true", "1", "yes")
+        else:
+            raise UsageError(f"store URL {shown(url)!r}: {SHARE_OPTION} is true or false, not {unquote(text)!r}")
+    if value is None:
+        return url, None
+    return base + ("?" + "&".join(kept) if kept else "") + hash_mark + fragment, value
+
+
 def _path(url: str, kind: str) -> str:
     """The local path a ``file:`` or ``sqlite:`` URL names (``sqlite:///x`` is relative, as in SQLAlchemy)."""
+    url = share_option(url)[0]
     parts = urlsplit(url)
     if parts.query or parts.fragment:
         raise UsageError(f"store URL {url!r}: a {kind} URL takes no query or fragment; pass options as arguments")
@@ -132,12 +158,18 @@ def _server_store(kind: str, url: str, options: dict[str, Any]) -> Store:
 
 
 def open_store(url: str, **options: Any) -> Store:
-    """The store `url` names; `options` go to the store's constructor.
+    """The store `url` names; `options` go to the store's constructor, but for ``share_database``
+    (also ``?share_database=true`` in the URL), which a file or memory store has no use for.
 
     >>> open_store("memory://").kind
     'memory'
     """
     kind = scheme(url)
+    url, shared = share_option(url) if kind is not None else (url, None)
+    if shared or options.get(SHARE_OPTION):
+        options[SHARE_OPTION] = True
+    if kind in (None, "file", "memory"):
+        options.pop(SHARE_OPTION, None)  # no other tool's data to share a directory with
     try:
         if kind is None or kind == "file":
             from telar_checkpoint.stores.file import FileStore
