@@ -24,6 +24,14 @@ class SaverContextError(UsageError, AttributeError):
     (an `AttributeError` too, so `hasattr` answers False)."""
 
 
+class SaverClosedError(UsageError):
+    """A saver used after it was closed (its ``with`` block ended): make a new one."""
+
+
+class NoAsyncDriverError(UsageError):
+    """An async method of a store whose options give it a sync-only driver; the message says what to pass."""
+
+
 class NoStoreError(UsageError):
     """A URL or path names no store of ours: nothing is there, or another tool's data.
 
@@ -120,7 +128,9 @@ __all__ = [
     "ForeignDataError",
     "ForeignStoreError",
     "NoStoreError",
+    "NoAsyncDriverError",
     "RefusedTypeError",
+    "SaverClosedError",
     "SerializationError",
     "StoreBusyError",
     "StoreError",

@@ -10,7 +10,8 @@ that does not load (a class not on the allowlist) is shown as stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,7 +23,7 @@ from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, Tel
 from telar_checkpoint.format import line_version
 from telar_checkpoint.history import Entry, History
 from telar_checkpoint.serializer import JsonSerializer
-from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.base import SharedSpace, Store
 
 Progress = Callable[[int, int], None]
 """Called with (done, total) as a function walks the threads of a store."""
@@ -34,12 +35,28 @@ _SENDS = "__pregel_tasks"
 _READABLE = JsonSerializer()
 
 
-class ThreadNotFoundError(TelarError, LookupError):
-    """The store holds no thread with this id."""
+SUGGEST_FROM = 10_000
+"""At most this many ids of a store (the first, and those from the missing id's first letters on)
+are compared with a missing thread id to suggest the closest."""
 
-    def __init__(self, thread_id: str) -> None:
-        super().__init__(f"no thread {thread_id!r} in this store; `telar-checkpoint threads URL` lists them")
+
+class ThreadNotFoundError(TelarError, LookupError):
+    """The store holds no thread with this id; `suggestions` are the closest ids it holds."""
+
+    def __init__(self, thread_id: str, suggestions: Sequence[str] = ()) -> None:
+        hint = f"did you mean {' or '.join(map(repr, suggestions))}? " if suggestions else ""
+        super().__init__(f"no thread {thread_id!r} in this store; {hint}`telar-checkpoint threads URL` lists them")
         self.thread_id = thread_id
+        self.suggestions = list(suggestions)
+
+
+def closest_threads(store: Store, thread_id: str, n: int = 3) -> list[str]:
+    """The ids `store` holds that are closest to `thread_id` (`difflib`), compared among at most
+    2 × `SUGGEST_FROM` of them: the first in order, and those from its first two characters on."""
+    found = set(store.sorted_keys(limit=SUGGEST_FROM))
+    if len(found) >= SUGGEST_FROM:
+        found.update(store.sorted_keys(after=thread_id[:2], limit=SUGGEST_FROM))
+    return difflib.get_close_matches(thread_id, sorted(found), n=n, cutoff=0.6)
 
 
 class CheckpointNotFoundError(TelarError, LookupError):
@@ -93,7 +110,7 @@ def read_thread(store: Store, thread_id: str) -> str:
     """The stored text of `thread_id`; ThreadNotFoundError when there is none."""
     text = store.read(thread_id)
     if text is None:
-        raise ThreadNotFoundError(thread_id)
+        raise ThreadNotFoundError(thread_id, closest_threads(store, thread_id))
     return text
 
 
@@ -114,7 +131,7 @@ def summarize_thread(thread_id: str, text: str) -> ThreadSummary:
 
 def list_threads(store: Store, *, progress: Progress | None = None) -> ThreadListing:
     """Every thread of `store`, sorted by id; corrupt ones and foreign entries listed apart."""
-    listing = ThreadListing(foreign=list(store.foreign()))
+    listing = ThreadListing(foreign=store.foreign() if isinstance(store, SharedSpace) else [])
     thread_ids = sorted(store.keys())
     for done, thread_id in enumerate(thread_ids, 1):
         text = store.read(thread_id)

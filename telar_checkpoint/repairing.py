@@ -12,9 +12,11 @@ to its damage, which `verify_thread` calls sound and LangGraph resumes from.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import StoredDataError, TelarError, UsageError
 from telar_checkpoint.format import CheckpointLine, WritesLine, read_line
 from telar_checkpoint.history import History, Key
@@ -106,6 +108,28 @@ def _drop_unreachable(thread_id: str, kept: dict[int, str], dropped: list[Droppe
             return
 
 
+def files_mode(store: Store, thread_id: str | None = None) -> int:
+    """The permissions of the files `store` keeps, which every other file written from it gets too
+    (a repair's backup, an export): those of the thread's file in a file store, else the store's
+    `mode` (0600 by default)."""
+    path = getattr(store, "path", None)
+    if thread_id is not None and store.kind == "file" and callable(path):
+        try:
+            return stat.S_IMODE(os.stat(path(thread_id)).st_mode)
+        except OSError:
+            pass
+    mode = getattr(store, "mode", None)
+    return mode if isinstance(mode, int) and not isinstance(mode, bool) else 0o600
+
+
+def write_file(path: str | os.PathLike[str], text: str, mode: int, *, exclusive: bool = False) -> None:
+    """Write `text` to the file at `path`, a new one made with `mode` (an existing one keeps its own);
+    with `exclusive`, never over an existing file (FileExistsError)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
+    with open(os.open(path, flags, mode), "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+        f.write(text)
+
+
 def _backup_path(store: Store, thread_id: str, backup: str | os.PathLike[str] | None) -> Path:
     if backup is not None:
         return Path(backup)
@@ -129,6 +153,7 @@ def repair(
     needs no repair, nothing is written. A thread that changes meanwhile is left as it is
     (RepairConflictError).
     """
+    check(repair, locals())
     from telar_checkpoint.inspection import read_thread
 
     plan = plan_repair(thread_id, read_thread(store, thread_id))
@@ -139,10 +164,8 @@ def repair(
                          "`telar-checkpoint export --raw` to look at it, or delete it")
     target = _backup_path(store, thread_id, backup)
     try:
-        # Readable by its owner only, as the thread files are (0600); never over an existing file.
-        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with open(descriptor, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-            f.write(plan.original)
+        # With the thread files' permissions (0600: readable by its owner only); never over an existing file.
+        write_file(target, plan.original, files_mode(store, thread_id), exclusive=True)
     except FileExistsError:
         raise UsageError(f"{target} already exists; move it away or name another backup") from None
     except OSError as exc:

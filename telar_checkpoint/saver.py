@@ -28,8 +28,10 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from telar_checkpoint._arguments import check, check_config, explain
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord, check_max_history
-from telar_checkpoint.errors import ArgumentTypeError, SaverContextError, UsageError
+from telar_checkpoint.errors import ArgumentTypeError, SaverClosedError, SaverContextError, UsageError
+from telar_checkpoint.format import WritesLine
 from telar_checkpoint.history import Entry, History
 from telar_checkpoint.serde_allowlist import with_msgpack_allowlist
 from telar_checkpoint.serializer import JsonSerializer
@@ -50,18 +52,19 @@ WRITES_LINGER = 0.002  # at most, seconds a put_writes may wait for the next wri
 Version = int | str
 
 
-def _open_store(target: str | os.PathLike[str] | None) -> Store:
+def _open_store(target: str | os.PathLike[str] | None, share_database: bool = False) -> Store:
     """The store a path or URL given to `TelarSaver` names: a string with ``://`` is a URL (see
     `open_store`), anything else a directory (`FileStore` refuses a path that is a file)."""
     if isinstance(target, str) and "://" in target:
         from telar_checkpoint.stores.url import open_store
 
-        return open_store(target)
+        return open_store(target, share_database=share_database)
     return FileStore(os.fspath(target or DEFAULT_DIRECTORY))
 
 
-def _check_arguments(store: object, serde: object, keep_finished_subgraphs: object) -> None:
-    """Refuse an argument of the wrong type in our words (`ArgumentTypeError`), saying what to pass."""
+def _check_arguments(store: object, serde: object, keep_finished_subgraphs: object, max_history: object, **others: object) -> None:
+    """Refuse an argument of the wrong type in our words (`ArgumentTypeError`), saying what to pass
+    (`others` by their annotations in `TelarSaver.__init__`)."""
     if store is not None and not isinstance(store, (Store, str, os.PathLike)):
         raise ArgumentTypeError(
             f"store must be a Store, a directory path or a store URL (sqlite:///x.db, postgresql://..., "
@@ -73,13 +76,48 @@ def _check_arguments(store: object, serde: object, keep_finished_subgraphs: obje
         )
     if not isinstance(keep_finished_subgraphs, bool):
         raise ArgumentTypeError(f"keep_finished_subgraphs must be True or False, not {type(keep_finished_subgraphs).__name__}")
+    if max_history is not None and (not isinstance(max_history, int) or isinstance(max_history, bool)):
+        raise ArgumentTypeError(f"max_history must be a positive int or None, not {type(max_history).__name__}")
+    check(TelarSaver.__init__, others)
+
+
+_A_CONFIG = 'a config dict, such as {"configurable": {"thread_id": "..."}}'
+_NO_THREAD_ID = (
+    'the config has no "thread_id" in "configurable"; pass a config such as '
+    '{"configurable": {"thread_id": "..."}} (as graph.invoke(input, config) takes)'
+)
 
 
 def _thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
-    configurable = config.get("configurable") or {}
-    if "thread_id" not in configurable:
-        raise UsageError('the config has no "thread_id" in "configurable"')
-    return str(configurable["thread_id"]), configurable.get("checkpoint_ns") or ""
+    try:
+        configurable = config.get("configurable") or {}
+        if "thread_id" in configurable:
+            return str(configurable["thread_id"]), configurable.get("checkpoint_ns") or ""
+    except (AttributeError, TypeError):  # not a dict, or its "configurable" is not: say which
+        if not isinstance(config, Mapping):
+            raise ArgumentTypeError(f"config must be {_A_CONFIG}, not {type(config).__name__}") from None
+        check_config("TelarSaver", "config", config)
+        raise
+    raise UsageError(_NO_THREAD_ID)
+
+
+class _Closed:
+    """What a closed saver holds in place of its writer and index: any use raises `SaverClosedError`
+    (so the methods on the hot path check nothing to refuse a closed saver)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def error(self) -> SaverClosedError:
+        return SaverClosedError(
+            f"this TelarSaver was closed (its `with` block ended), and its {self.kind} store with it; "
+            "make a new saver to go on: TelarSaver(store_or_url), or `with TelarSaver.from_conn_string(url) as saver:`"
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise self.error()
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -102,6 +140,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     inspected (as LangGraph Studio does); by default they go once the call is over,
     and a thread neither paused in a subgraph nor using a persistent one (compiled with
     `checkpointer=True`) holds format version 1 lines only.
+    `share_database=True` opens a store URL whose database holds a LangGraph saver's
+    data beside it on purpose (else refused, with the command that migrates it).
     """
 
     def __init__(
@@ -111,12 +151,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         max_history: int | None = None,
         serde: SerializerProtocol | None = None,
         keep_finished_subgraphs: bool = False,
+        share_database: bool = False,
     ) -> None:
-        _check_arguments(store, serde, keep_finished_subgraphs)
+        _check_arguments(store, serde, keep_finished_subgraphs, max_history, share_database=share_database)
         check_max_history(max_history)
         serde = serde or JsonSerializer()
         super().__init__(serde=serde)
-        self.store: Store = store if isinstance(store, Store) else _open_store(store)
+        self.store: Store = store if isinstance(store, Store) else _open_store(store, share_database)
         self.max_history = max_history
         self.codec = CheckpointCodec(serde, keep_finished_subgraphs=keep_finished_subgraphs)
         self._index = ThreadIndex(self.store, self.codec)
@@ -130,24 +171,43 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         `redis://...` or `memory://`; options go to the saver (`max_history`, `serde`)
         or to the store.
         """
-        return _SaverContext(cls, url, options)
+        if not isinstance(url, (str, os.PathLike)):
+            raise ArgumentTypeError(
+                f"TelarSaver.from_conn_string: url must be a str (a path or a store URL such as sqlite:///x.db), "
+                f"not {type(url).__name__}"
+            )
+        return _SaverContext(cls, os.fspath(url), options)
 
     def __enter__(self) -> TelarSaver:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closed()
         self.store.close()
 
     async def __aenter__(self) -> TelarSaver:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self._closed()
         await self.store.aclose()
+
+    def _closed(self) -> None:
+        """Refuse every later use of this saver (`SaverClosedError`), at no cost to the others."""
+        closed = _Closed(self.store.kind)
+        self._writer = self._index = closed  # type: ignore[assignment]
+
+    def _check(self, method: Any, values: dict[str, object]) -> None:
+        """The checks of a method off the hot path: the saver is open, and its arguments' types."""
+        if isinstance(self._writer, _Closed):
+            raise self._writer.error()
+        check(method, values)
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> TelarSaver:
         """A shallow clone whose serializer also loads the classes LangGraph derived from the state
         schema: through its own allowlist when it has one, and on the serde allowlist (stored
         ``$serde`` values may name them)."""
+        self._check(self.with_allowlist, {"extra_allowlist": extra_allowlist})
         values = self.codec.values
         serde = with_msgpack_allowlist(values.serde, extra_allowlist)
         allowlist = tuple(dict.fromkeys((*values.allowlist, *extra_allowlist)))
@@ -192,12 +252,15 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     def _history_steps(self, thread_id: str) -> Steps[History]:
         """The thread's parsed history, read only when the store's version says it changed."""
-        version = yield call(self.store.version, self.store.aversion, thread_id)
+        store, versioned = self.store, self._writer.versioned
+        version = (yield call(versioned.version, versioned.aversion, thread_id)) if versioned is not None else None
         cached = self._writer.histories.get(thread_id, version)
         if cached is not None:
             return cached
-        text = yield call(self.store.read, self.store.aread, thread_id)
-        version_after = (yield call(self.store.version, self.store.aversion, thread_id)) if version is not None else None
+        text = yield call(store.read, store.aread, thread_id)
+        version_after = None
+        if versioned is not None and version is not None:
+            version_after = yield call(versioned.version, versioned.aversion, thread_id)
         return (yield call(self._parsed, self._aparsed, thread_id, version, text, version_after))
 
     def _history(self, thread_id: str) -> History:
@@ -246,7 +309,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         parent = get_checkpoint_id(config)
         meta = _metadata(config, metadata)
         prepared = self.codec.prepare(CheckpointRecord(checkpoint, cast(CheckpointMetadata, meta), ns, parent), new_versions)
-        terms = metadata_terms(prepared.metadata) if self.store.indexes else None  # of the metadata stored
+        terms = metadata_terms(prepared.metadata) if self._index.indexed is not None else None  # of the metadata stored
         return thread_id, PutCheckpoint(self.codec, prepared, self.max_history, terms)
 
     def _writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> tuple[str, PutWrites]:
@@ -254,9 +317,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         thread_id, ns = _thread_and_ns(config)
         checkpoint_id = get_checkpoint_id(config)
         if not checkpoint_id:
-            raise UsageError("put_writes needs a config with a checkpoint_id")
+            raise UsageError('put_writes needs a config with a "checkpoint_id" in "configurable": the one put returned')
+        if type(task_id) is not str or type(task_path) is not str:
+            check(TelarSaver.put_writes, {"task_id": task_id, "task_path": task_path})
         items = [(WRITES_IDX_MAP.get(channel, i), channel, value) for i, (channel, value) in enumerate(writes)]
-        return thread_id, PutWrites(self.codec, ns, checkpoint_id, task_id, task_path, self.codec.encode_writes(items))
+        return thread_id, PutWrites(self.codec, WritesLine(ns, checkpoint_id, task_id, task_path, self.codec.encode_writes(items)))
 
     def _delta(self, config: RunnableConfig, history: History, channels: Sequence[str]) -> dict[str, DeltaChannelHistory]:
         """Per channel: the writes on the path to the target and the nearest stored value (the seed)."""
@@ -284,13 +349,35 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 result[ch]["seed"] = seeds[ch]
         return result
 
+    def _prepared_put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+    ) -> tuple[str, PutCheckpoint]:
+        """`_put`, saying which argument was of the wrong type when it fails for one (on the error path only)."""
+        try:
+            return self._put(config, checkpoint, metadata, new_versions)
+        except (TypeError, AttributeError, KeyError):
+            explain(TelarSaver.put, {"config": config, "checkpoint": checkpoint, "metadata": metadata, "new_versions": new_versions})
+            raise
+
+    def _prepared_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> tuple[str, PutWrites]:
+        """`_writes`, saying which argument was of the wrong type when it fails for one."""
+        try:
+            return self._writes(config, writes, task_id, task_path)
+        except (TypeError, AttributeError, KeyError):
+            explain(TelarSaver.put_writes, {"config": config, "writes": writes})
+            raise
+
     def rebuild_index(self) -> int:
         """Record the index terms of every thread the store holds, reading each once, then note
         the index ready; the number of threads read. The saver does this itself before it first
         uses an index that is not ready; call it after editing a file store's threads by hand."""
+        self._check(self.rebuild_index, {})
         return run(self._index.rebuild_steps())
 
     async def arebuild_index(self) -> int:
+        self._check(self.rebuild_index, {})
         return await arun(self._index.rebuild_steps())
 
     def _list_steps(
@@ -322,8 +409,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def _delete_for_runs_steps(self, runs: set[str]) -> Steps[None]:
         for thread_id in (yield from self._index.runs_threads_steps(runs)):
             new = yield call(self.rewrite, self.arewrite, thread_id, lambda old: self.codec.remove_runs(old, runs))
-            if stale := self._index.stale_run_terms(thread_id, runs, new):
-                yield call(self.store.unindex, self.store.aunindex, thread_id, stale)
+            if (stale := self._index.stale_run_terms(thread_id, runs, new)) and (indexed := self._index.indexed) is not None:
+                yield call(indexed.unindex, indexed.aunindex, thread_id, stale)
 
     def _copy_steps(self, source: str, target: str) -> Steps[None]:
         text = yield call(self.store.read, self.store.aread, source)
@@ -349,30 +436,35 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None, limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        yield from stream(self._list_steps(config, filter, before, limit))
+        self._check(self.list, {"config": config, "filter": filter, "before": before, "limit": limit})
+        return stream(self._list_steps(config, filter, before, limit))
 
     def put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        thread_id, change = self._put(config, checkpoint, metadata, new_versions)
+        thread_id, change = self._prepared_put(config, checkpoint, metadata, new_versions)
         self._writer.write(thread_id, change)
         return _config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        thread_id, change = self._writes(config, writes, task_id, task_path)
+        thread_id, change = self._prepared_writes(config, writes, task_id, task_path)
         self._writer.write(thread_id, change)
 
     def delete_thread(self, thread_id: str) -> None:
+        self._check(self.delete_thread, {"thread_id": thread_id})
         self._index.forget(str(thread_id))
         self.store.delete(str(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._check(self.delete_for_runs, {"run_ids": run_ids})
         run(self._delete_for_runs_steps(set(run_ids)))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._check(self.copy_thread, {"source_thread_id": source_thread_id, "target_thread_id": target_thread_id})
         run(self._copy_steps(str(source_thread_id), str(target_thread_id)))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._check(self.prune, {"thread_ids": thread_ids, "strategy": strategy})
         run(self._prune_steps(thread_ids, strategy))
 
     def rewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
@@ -384,11 +476,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         `text`: the history the change writes, when known before (a copy, a migration): its
         index terms are recorded before it is written. A change that only removes checkpoints
         needs none (an index may name a thread that no longer holds a term, never the reverse)."""
+        self._check(self.rewrite, {"thread_id": thread_id, "change": change, "text": text})
         rewrite = RewriteThread(change, self._index.text_terms(thread_id, text))
         self._writer.write(thread_id, rewrite)
         return rewrite.result()
 
     def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
+        self._check(self.get_delta_channel_history, {"config": config, "channels": channels})
         if not channels:
             return {}
         return self._delta(config, self._history(_thread_and_ns(config)[0]), channels)
@@ -405,34 +499,40 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None, limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
+        self._check(self.list, {"config": config, "filter": filter, "before": before, "limit": limit})
         async for found in astream(self._list_steps(config, filter, before, limit)):
             yield found
 
     async def aput(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        thread_id, change = self._put(config, checkpoint, metadata, new_versions)
+        thread_id, change = self._prepared_put(config, checkpoint, metadata, new_versions)
         await self._writer.awrite(thread_id, change)
         return _config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        thread_id, change = self._writes(config, writes, task_id, task_path)
+        thread_id, change = self._prepared_writes(config, writes, task_id, task_path)
         await self._writer.awrite(thread_id, change)
 
     async def adelete_thread(self, thread_id: str) -> None:
+        self._check(self.delete_thread, {"thread_id": thread_id})
         self._index.forget(str(thread_id))
         await self.store.adelete(str(thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._check(self.delete_for_runs, {"run_ids": run_ids})
         await arun(self._delete_for_runs_steps(set(run_ids)))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._check(self.copy_thread, {"source_thread_id": source_thread_id, "target_thread_id": target_thread_id})
         await arun(self._copy_steps(str(source_thread_id), str(target_thread_id)))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._check(self.prune, {"thread_ids": thread_ids, "strategy": strategy})
         await arun(self._prune_steps(thread_ids, strategy))
 
     async def arewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
+        self._check(self.rewrite, {"thread_id": thread_id, "change": change, "text": text})
         rewrite = RewriteThread(change, self._index.text_terms(thread_id, text))
         await self._writer.awrite(thread_id, rewrite)
         return rewrite.result()
@@ -440,6 +540,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
+        self._check(self.get_delta_channel_history, {"config": config, "channels": channels})
         if not channels:
             return {}
         return self._delta(config, await self._ahistory(_thread_and_ns(config)[0]), channels)
@@ -452,9 +553,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         """
         if current is None:
             return 1
-        if isinstance(current, str):
-            return f"{int(current.split('.')[0]) + 1:032}.{0:016}"
-        return int(current) + 1
+        try:
+            if isinstance(current, str):
+                return f"{int(current.split('.')[0]) + 1:032}.{0:016}"
+            return int(current) + 1
+        except (TypeError, ValueError):
+            explain(TelarSaver.get_next_version, {"current": current})
+            raise
 
 
 def _emit(value: Any) -> Stream:
@@ -508,14 +613,14 @@ class _SaverContext:
 
     def __exit__(self, *exc: object) -> None:
         if self.saver is not None:
-            self.saver.store.close()
+            self.saver.__exit__()
 
     async def __aenter__(self) -> TelarSaver:
         return self._open()
 
     async def __aexit__(self, *exc: object) -> None:
         if self.saver is not None:
-            await self.saver.store.aclose()
+            await self.saver.__aexit__()
 
     def __getattr__(self, name: str) -> Any:
         """A saver's method asked of the context manager (`from_conn_string` used without `with`)."""

@@ -11,6 +11,7 @@ from telar_checkpoint.cli._output import ProgressBar, to_json
 from telar_checkpoint.errors import StoredDataError, UsageError
 from telar_checkpoint.inspection import read_thread
 from telar_checkpoint.migration import MigrationReport, export_thread, import_thread, migrate, open_source
+from telar_checkpoint.repairing import files_mode, write_file
 from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.stores.url import store_kind
 
@@ -19,10 +20,10 @@ def cmd_export(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         read_thread(store, args.thread)  # a missing thread: exit code 3
         text = export_thread(TelarSaver(store), args.thread, raw=args.raw)
+        mode = files_mode(store, args.thread)
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-                f.write(text)
+            write_file(args.output, text, mode)  # a new file gets the thread files' permissions
         except OSError as exc:
             raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
         lines = text.count("\n") + (not text.endswith("\n") and bool(text))

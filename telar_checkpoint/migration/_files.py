@@ -6,6 +6,7 @@ checkpoint per line); importing validates it with the codec before storing it.
 
 from __future__ import annotations
 
+from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import UsageError
 from telar_checkpoint.migration._migrate import _Built, _keys_of, _left_out, _parents_of
 from telar_checkpoint.migration._report import ALREADY, MigrationReport
@@ -18,9 +19,14 @@ def export_thread(saver: TelarSaver, thread_id: str, *, raw: bool = False) -> st
 
     With `raw`, the text exactly as stored, whatever its state (to keep or look at a damaged thread).
     """
+    check(export_thread, locals())
     text = saver.store.read(str(thread_id))
     if text is None:
-        raise UsageError(f"thread {thread_id!r} is not in the {saver.store.kind} store; nothing to export")
+        from telar_checkpoint.inspection import closest_threads
+
+        close = closest_threads(saver.store, str(thread_id))
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise UsageError(f"thread {thread_id!r} is not in the {saver.store.kind} store{hint}; nothing to export")
     if raw:
         return text
     history = saver.codec.parse(str(thread_id), text)
@@ -33,6 +39,7 @@ def import_thread(saver: TelarSaver, thread_id: str, text: str, *, replace: bool
     A thread already holding a different history is refused unless `replace`;
     importing the same text again changes nothing. The saver's `max_history` applies.
     """
+    check(import_thread, locals())
     thread_id = str(thread_id)
     if not text.strip():
         raise UsageError(f"nothing to import into thread {thread_id!r}: the text holds no lines")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from telar_checkpoint._arguments import check
 from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord
 from telar_checkpoint.errors import TelarError, UsageError
 from telar_checkpoint.history import History, Key
@@ -53,6 +54,7 @@ def migrate(
     another `TelarSaver` with the same kind of serializer, the stored string is
     copied after it is validated. With `dry_run` nothing is written.
     """
+    check(migrate, {"source": source, "target": target, "thread_ids": thread_ids, "dry_run": dry_run, "progress": progress})
     if not isinstance(target, TelarSaver):
         raise UsageError(f"the migration target must be a TelarSaver, not {type(target).__name__}")
     report = MigrationReport(describe(source), describe(target), dry_run=dry_run)
@@ -79,6 +81,7 @@ def reencode(
 
     What the thread remembers of replaced and trimmed checkpoints is kept.
     """
+    check(reencode, locals())
     report = MigrationReport(describe(saver), describe(saver), dry_run=dry_run)
 
     def build(thread_id: str) -> _Built | None:

@@ -18,6 +18,7 @@ from typing import Any
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 
+from telar_checkpoint._arguments import check
 from telar_checkpoint._compat import writes_sort_key
 from telar_checkpoint.codec import CheckpointRecord, WriteRecord
 from telar_checkpoint.errors import NoStoreError, StoreError, UsageError
@@ -48,6 +49,7 @@ def open_source(url: str) -> Iterator[BaseCheckpointSaver]:
     ``?options=-c%20search_path%3Dmyschema`` for a schema), or any store URL of ours
     (``file:///dir``, ``sqlite:///x.db``, ``postgresql://...``, ...).
     """
+    check(open_source, {"url": url})
     kind = scheme(url)
     if kind in ("langgraph+sqlite",):
         with _sqlite_saver(url) as saver:

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import SerializationError
 from telar_checkpoint.serializer._decode import make_decoder
 from telar_checkpoint.serializer._encode import to_jsonable
@@ -35,6 +36,7 @@ class JsonSerializer:
         allowlist: Collection[tuple[str, ...]] | None = None,
         strict: bool | None = None,
     ) -> None:
+        check(JsonSerializer.__init__, locals())
         self._allowlist = Allowlist(strict=strict_by_default() if strict is None else strict)
         for cls in allowed_classes:
             self._allowlist.add_class(cls)
@@ -84,6 +86,7 @@ class JsonSerializer:
         LangGraph calls this (through the saver's `with_allowlist`) with the
         ``(module, name)`` pairs of the classes in a graph's state schema.
         """
+        check(self.with_msgpack_allowlist, {"extra_allowlist": extra_allowlist})
         clone = JsonSerializer.__new__(JsonSerializer)
         clone._allowlist = self._allowlist.copy()
         for key in extra_allowlist:
