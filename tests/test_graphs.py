@@ -110,7 +110,7 @@ async def test_durability_modes(savers, api, durability) -> None:
 
 async def test_time_travel_replaces_the_abandoned_branch(savers, api) -> None:
     """Replaying from an old checkpoint matches InMemorySaver, except that the branch it
-    abandoned is dropped from the history once the replay moves on (documented in README)."""
+    abandoned is dropped from the history once the replay moves on (documented in docs/USAGE.md)."""
 
     async def scenario(graph):
         await api.invoke(graph, {"log": [], "count": 0}, config())

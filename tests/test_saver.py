@@ -277,7 +277,7 @@ def test_what_is_stored_is_the_value_as_given_not_as_changed_while_it_waits(call
 
 
 async def test_async_reads_of_a_large_history_parse_and_decode_off_the_event_loop(monkeypatch) -> None:
-    """Issue 19: the README promises async methods never block the event loop."""
+    """Issue 19: docs/USAGE.md promises async methods never block the event loop."""
     from telar_checkpoint import saver as saver_module
 
     saver = TelarSaver(MemoryStore())
