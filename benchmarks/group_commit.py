@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    rows = ["## group-commit", "", (__doc__ or "").split("\n\n")[1].replace("\n", " "), "",
+    rows = ["## group-commit", "", (__doc__ or "").split("\n\n")[2].replace("\n", " "), "",
             "| store | workload | A | A' | B | A'/A | B/A | runs (A; A'; B) |", "|---|---|---|---|---|---|---|---|"]
     results: dict[str, Any] = {}
     for store in args.stores.split(","):
