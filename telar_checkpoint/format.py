@@ -76,6 +76,9 @@ class DroppedLine:
     floor: str | None  # ids below this were trimmed
     replaced: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)  # removed on request (delete_for_runs): read as absent
+    # The state schema version the thread is stored at (telar_checkpoint.schema), on the root
+    # namespace's record; None: not recorded (version 1).
+    schema: int | None = None
 
 
 Line = CheckpointLine | WritesLine | DroppedLine
@@ -175,6 +178,8 @@ def write_dropped(line: DroppedLine) -> str:
     doc["replaced"] = line.replaced
     if line.deleted:
         doc["deleted"] = line.deleted
+    if line.schema is not None:
+        doc["schema"] = line.schema
     return _dumps(doc)
 
 
@@ -184,7 +189,7 @@ def render(
     """The lines of a history in canonical order: the records of dropped checkpoints (those
     that say something), then each checkpoint followed by its writes, then the writes of
     checkpoints not stored (yet). Join them with a newline after each to store them."""
-    out = [write_dropped(d) for d in dropped if d.floor or d.replaced or d.deleted]
+    out = [write_dropped(d) for d in dropped if d.floor or d.replaced or d.deleted or d.schema is not None]
     for line, writes in checkpoints:
         out.append(line.text or write_checkpoint(line))
         out.extend(write_writes(w) for w in writes)
@@ -310,7 +315,10 @@ def _read_dropped(f: _Fields, ns: str) -> DroppedLine:
     deleted = f.get("deleted", list, optional=True) or []
     if not all(isinstance(r, str) for r in replaced + deleted):
         raise f.fail("fields 'replaced' and 'deleted' should hold checkpoint ids")
-    return DroppedLine(ns, f.get("floor", str, optional=True), replaced, deleted)
+    schema = f.get("schema", int, optional=True)
+    if schema is not None and (type(schema) is not int or schema < 1):
+        raise f.fail("field 'schema' (the thread's state schema version) should be a positive integer")
+    return DroppedLine(ns, f.get("floor", str, optional=True), replaced, deleted, schema)
 
 
 _KINDS: dict[str, Callable[[_Fields, str], Line]] = {
@@ -329,7 +337,7 @@ ROOT_FIELDS: dict[str, frozenset[str]] = {
         {"format", "kind", "step", "source", "id", "parent", "metadata", "checkpoint", "extra", "values", "appended"}
     ),
     "writes": frozenset({"format", "kind", "checkpoint", "task", "path", "writes"}),
-    "dropped": frozenset({"format", "kind", "floor", "replaced", "deleted"}),
+    "dropped": frozenset({"format", "kind", "floor", "replaced", "deleted", "schema"}),
 }
 SUBGRAPH_FIELDS: dict[str, frozenset[str]] = {
     kind: fields | {"ns"} | ({"parents"} if kind == "checkpoint" else set()) for kind, fields in ROOT_FIELDS.items()

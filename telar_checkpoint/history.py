@@ -225,7 +225,7 @@ class History:
         other.__dict__.update(self.__dict__)
         other.entries = self.entries.copy()
         other.orphans = {k: dict(v) for k, v in self.orphans.items()}
-        other.dropped = {ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted)) for ns, d in self.dropped.items()}
+        other.dropped = {ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted), d.schema) for ns, d in self.dropped.items()}
         other._latest, other._calls, other._awaited = dict(self._latest), set(self._calls), set(self._awaited)
         other._below = None
         return other

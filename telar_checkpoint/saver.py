@@ -8,7 +8,9 @@ the pure codec, so the sync and async twins share all their logic.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import weakref
 from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, cast
@@ -33,6 +35,7 @@ from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord, check_max_
 from telar_checkpoint.errors import ArgumentTypeError, SaverClosedError, SaverContextError, UsageError
 from telar_checkpoint.format import WritesLine
 from telar_checkpoint.history import Entry, History
+from telar_checkpoint.schema import Schema, stamped, upgrade_history
 from telar_checkpoint.serde_allowlist import with_msgpack_allowlist
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
@@ -142,6 +145,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     `checkpointer=True`) holds format version 1 lines only.
     `share_database=True` opens a store URL whose database holds a LangGraph saver's
     data beside it on purpose (else refused, with the command that migrates it).
+    `schema` (a `telar_checkpoint.schema.Schema`): threads stored at an older state schema
+    version read upgraded (in memory), and are rewritten at the current version before
+    this saver's next write of them; a thread at a newer version is refused (docs/SCHEMA.md).
     """
 
     def __init__(
@@ -152,8 +158,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         serde: SerializerProtocol | None = None,
         keep_finished_subgraphs: bool = False,
         share_database: bool = False,
+        schema: Schema | None = None,
     ) -> None:
-        _check_arguments(store, serde, keep_finished_subgraphs, max_history, share_database=share_database)
+        _check_arguments(store, serde, keep_finished_subgraphs, max_history, share_database=share_database, schema=schema)
         check_max_history(max_history)
         serde = serde or JsonSerializer()
         super().__init__(serde=serde)
@@ -162,6 +169,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self.codec = CheckpointCodec(serde, keep_finished_subgraphs=keep_finished_subgraphs)
         self._index = ThreadIndex(self.store, self.codec)
         self._writer = Writer(self.store, self._index, Lingers(WRITES_LINGER if self.store.carry_writes else 0.0))
+        self.schema = schema
+        # With a schema: histories read, upgraded (by the history read), and the threads seen
+        # stored at the schema's version (their writes need no upgrade first).
+        self._schema_reads: weakref.WeakKeyDictionary[History, History] = weakref.WeakKeyDictionary()
+        self._schema_current: set[str] = set()
 
     @classmethod
     def from_conn_string(cls, url: str, **options: Any) -> _SaverContext:
@@ -215,7 +227,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             return self
         clone = type(self)(
             self.store, max_history=self.max_history, serde=serde,
-            keep_finished_subgraphs=self.codec.keep_finished_subgraphs,
+            keep_finished_subgraphs=self.codec.keep_finished_subgraphs, schema=self.schema,
         )
         clone.codec.values = ValueCodec(serde, allowlist=allowlist)
         clone._index = self._index
@@ -254,14 +266,40 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         """The thread's parsed history, read only when the store's version says it changed."""
         store, versioned = self.store, self._writer.versioned
         version = (yield call(versioned.version, versioned.aversion, thread_id)) if versioned is not None else None
-        cached = self._writer.histories.get(thread_id, version)
-        if cached is not None:
-            return cached
-        text = yield call(store.read, store.aread, thread_id)
-        version_after = None
-        if versioned is not None and version is not None:
-            version_after = yield call(versioned.version, versioned.aversion, thread_id)
-        return (yield call(self._parsed, self._aparsed, thread_id, version, text, version_after))
+        history = self._writer.histories.get(thread_id, version)
+        if history is None:
+            text = yield call(store.read, store.aread, thread_id)
+            version_after = None
+            if versioned is not None and version is not None:
+                version_after = yield call(versioned.version, versioned.aversion, thread_id)
+            history = yield call(self._parsed, self._aparsed, thread_id, version, text, version_after)
+        return history if self.schema is None else self._schema_read(thread_id, history, self.schema)
+
+    def _schema_read(self, thread_id: str, history: History, schema: Schema) -> History:
+        """`history` as `schema` reads it: upgraded in memory when stored at an older version
+        (kept beside it, never in the writer's caches: the stored text is not changed)."""
+        upgraded = self._schema_reads.get(history)
+        if upgraded is None:
+            upgraded = upgrade_history(thread_id, history, schema, self.codec.values)
+            if upgraded is history:
+                if history.entries:  # an empty thread is stamped by its first write
+                    self._schema_current.add(thread_id)
+                return history
+            self._schema_current.discard(thread_id)
+            self._schema_reads[history] = upgraded
+        return upgraded
+
+    def _schema_write_steps(self, thread_id: str, schema: Schema) -> Steps[None]:
+        """Before this saver's first write of a thread: the thread brought to the schema's
+        version (one `rewrite`), or refused when it is newer. A thread seen at that version
+        is not read again."""
+        if len(self._schema_current) > 100_000:
+            self._schema_current.clear()
+        yield from self._history_steps(thread_id)  # refuses a newer thread; notes a current one
+        if thread_id not in self._schema_current:
+            change = functools.partial(stamped, thread_id, schema, self.codec.values)
+            yield call(self.rewrite, self.arewrite, thread_id, change)
+            self._schema_current.add(thread_id)
 
     def _history(self, thread_id: str) -> History:
         return run(self._history_steps(thread_id))
@@ -422,6 +460,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         strategy = _check_strategy(strategy)
         for thread_id in map(str, thread_ids):
             self._index.forget(thread_id)
+            self._schema_current.discard(thread_id)
             if strategy == "delete":
                 yield call(self.store.delete, self.store.adelete, thread_id)
             else:
@@ -443,16 +482,21 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, change = self._prepared_put(config, checkpoint, metadata, new_versions)
+        if self.schema is not None and thread_id not in self._schema_current:
+            run(self._schema_write_steps(thread_id, self.schema))
         self._writer.write(thread_id, change)
         return _config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, change = self._prepared_writes(config, writes, task_id, task_path)
+        if self.schema is not None and thread_id not in self._schema_current:
+            run(self._schema_write_steps(thread_id, self.schema))
         self._writer.write(thread_id, change)
 
     def delete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
         self._index.forget(str(thread_id))
+        self._schema_current.discard(str(thread_id))
         self.store.delete(str(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -507,16 +551,21 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, change = self._prepared_put(config, checkpoint, metadata, new_versions)
+        if self.schema is not None and thread_id not in self._schema_current:
+            await arun(self._schema_write_steps(thread_id, self.schema))
         await self._writer.awrite(thread_id, change)
         return _config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, change = self._prepared_writes(config, writes, task_id, task_path)
+        if self.schema is not None and thread_id not in self._schema_current:
+            await arun(self._schema_write_steps(thread_id, self.schema))
         await self._writer.awrite(thread_id, change)
 
     async def adelete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
         self._index.forget(str(thread_id))
+        self._schema_current.discard(str(thread_id))
         await self.store.adelete(str(thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -599,6 +648,8 @@ class _SaverContext:
     def __init__(self, cls: type[TelarSaver], url: str, options: dict[str, Any]) -> None:
         self.cls, self.url = cls, url
         self.saver_options = {k: options.pop(k) for k in self._SAVER_OPTIONS if k in options}
+        if isinstance(options.get("schema"), Schema):  # a state schema; a text `schema` is Postgres's
+            self.saver_options["schema"] = options.pop("schema")
         self.store_options = options
         self.saver: TelarSaver | None = None
 

@@ -49,7 +49,7 @@ def writes(ns: str = "") -> str:
 
 
 def dropped(ns: str = "", *, deleted: bool = False) -> str:
-    return write_dropped(DroppedLine(ns, "00000001", ["00000000"], ["00000003"] if deleted else []))
+    return write_dropped(DroppedLine(ns, "00000001", ["00000000"], ["00000003"] if deleted else [], 2 if deleted else None))
 
 
 def fmt(text: str) -> int:
