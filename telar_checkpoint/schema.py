@@ -24,12 +24,18 @@ version before its next write; `upgrade` rewrites every thread of a store now, o
 from __future__ import annotations
 
 import binascii
+import contextlib
 import copy
+import importlib
+import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import orjson
 
@@ -47,15 +53,18 @@ __all__ = [
     "Schema",
     "SchemaError",
     "SchemaRefusedError",
+    "SchemaStatus",
     "SchemaStepError",
     "SchemaUpgrade",
     "SchemaVersionError",
     "drop_channel",
+    "load_schema",
     "map_channel",
     "recorded_version",
     "rename_channel",
     "rename_class",
     "rename_node",
+    "status",
     "transform",
     "upgrade",
     "upgrade_history",
@@ -676,6 +685,9 @@ def stamped(thread_id: str | None, schema: Schema, values: ValueCodec, old: str 
 
 # --- offline: every thread of a store -------------------------------------------
 
+Progress = Callable[[int, int, str], object]
+"""Called after each thread as `progress(done_threads, total_threads, thread_id)`."""
+
 
 @dataclass(slots=True)
 class SchemaUpgrade:
@@ -684,6 +696,8 @@ class SchemaUpgrade:
     upgraded: dict[str, int] = field(default_factory=dict)  # thread -> the version it was at
     current: list[str] = field(default_factory=list)  # threads at the schema's version already
     failed: dict[str, Exception] = field(default_factory=dict)  # thread -> why it was left as stored
+    backups: dict[str, str] = field(default_factory=dict)  # thread -> the file its text before was written to
+    example: tuple[str, str, str] | None = None  # (thread, text before, text after) of the first thread upgraded
 
     @property
     def failures(self) -> int:
@@ -691,11 +705,23 @@ class SchemaUpgrade:
 
 
 def upgrade(
-    store_or_saver: Store | TelarSaver, schema: Schema, *, dry_run: bool = False, thread_ids: Iterable[str] | None = None
+    store_or_saver: Store | TelarSaver,
+    schema: Schema,
+    *,
+    dry_run: bool = False,
+    thread_ids: Iterable[str] | None = None,
+    progress: Progress | None = None,
+    backup: str | os.PathLike[str] | None = None,
 ) -> SchemaUpgrade:
     """Bring every thread of a store (or those of `thread_ids`) to `schema.version`: one atomic
-    `TelarSaver.rewrite` per thread. Running it again changes nothing; a thread a step fails on is
-    left exactly as stored (its error in the report) and the others go on. `dry_run`: write nothing."""
+    `TelarSaver.rewrite` per thread. Running it again changes nothing, and an interrupted run
+    leaves each thread as it was or upgraded, so a second run finishes it. A thread a step fails
+    on is left exactly as stored (its error in the report) and the others go on.
+
+    `dry_run`: write nothing. `progress(done, total, thread_id)`: called after each thread.
+    `backup`: a directory (made if needed) where each thread's stored text is written, and
+    synced, before it is changed, as ``<thread id, %-quoted>.v<version>.jsonl`` with the thread
+    files' permissions."""
     from telar_checkpoint.saver import TelarSaver
 
     if not isinstance(schema, Schema):
@@ -706,29 +732,154 @@ def upgrade(
         saver = TelarSaver(store_or_saver)
     else:
         raise UsageError(f"upgrade: give a Store or a TelarSaver, not {type(store_or_saver).__name__}")
+    if isinstance(thread_ids, str):
+        raise UsageError("upgrade: thread_ids must be a list of thread ids, not one string")
     values = saver.codec.values
     report = SchemaUpgrade()
     store = saver.store
-    for thread_id in sorted(store.keys()) if thread_ids is None else list(thread_ids):
+    backups = None if backup is None or dry_run else _Backups(store, Path(backup), report)
+    chosen = sorted(store.keys()) if thread_ids is None else list(thread_ids)
+    for done, thread_id in enumerate(chosen, 1):
         text = store.read(thread_id)
         try:
             new = upgrade_text(thread_id, text, schema, values)
             if new is None:
                 if text is not None:
                     report.current.append(thread_id)
-                continue
-            if not dry_run:
-                saver.rewrite(thread_id, partial(_upgraded, thread_id, schema, values, text, new), text=new)
-            report.upgraded[thread_id] = recorded_version(History.parse(thread_id, text))
+            else:
+                assert text is not None
+                version = recorded_version(History.parse(thread_id, text))
+                if backups is not None:
+                    backups.write(thread_id, version, text)
+                if not dry_run:
+                    saver.rewrite(thread_id, partial(_upgraded, thread_id, schema, values, text, new, backups), text=new)
+                report.upgraded[thread_id] = version
+                if report.example is None:
+                    report.example = (thread_id, text, new)
         except (SchemaError, StoredDataError) as exc:
             report.failed[thread_id] = exc
+        if progress is not None:
+            progress(done, len(chosen), thread_id)
     return report
 
 
-def _upgraded(thread_id: str, schema: Schema, values: ValueCodec, read: str | None, new: str, old: str | None) -> str | None:
+class _Backups:
+    """Where `upgrade(backup=...)` keeps each thread's text before it changes it."""
+
+    def __init__(self, store: Store, directory: Path, report: SchemaUpgrade) -> None:
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot make the backup directory {directory}: {exc.strerror}") from None
+        if not directory.is_dir():
+            raise UsageError(f"the backup directory {directory} is not a directory")
+        self.store, self.directory, self.report = store, directory, report
+
+    def write(self, thread_id: str, version: int, text: str) -> None:
+        """The thread's `text` (stored at `version`) in its backup file, synced: written again
+        by a second run (the same text, when the first was interrupted before the rewrite)."""
+        from telar_checkpoint.repairing import files_mode
+
+        path = self.directory / f"{quote(thread_id, safe='')}.v{version}.jsonl"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, files_mode(self.store, thread_id))
+            with open(fd, "w", encoding="utf-8", errors="surrogatepass", newline="") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise UsageError(f"cannot write the backup {path}: {exc.strerror}; nothing more was changed") from None
+        self.report.backups[thread_id] = str(path)
+
+
+def _upgraded(
+    thread_id: str, schema: Schema, values: ValueCodec, read: str | None, new: str, backups: _Backups | None, old: str | None
+) -> str | None:
     """The rewrite `upgrade` makes: `new` when the thread still holds the text it was made from,
-    else the text stored now, upgraded (or as it is)."""
+    else the text stored now, upgraded (or as it is; its backup written first)."""
     if old == read:
         return new
     again = upgrade_text(thread_id, old, schema, values)
-    return old if again is None else again
+    if again is None:
+        return old
+    if backups is not None and old is not None:
+        backups.write(thread_id, recorded_version(History.parse(thread_id, old)), old)
+    return again
+
+
+@dataclass(slots=True)
+class SchemaStatus:
+    """How many threads of a store are at each state schema version (`status`)."""
+
+    version: int  # the schema's
+    versions: dict[int, list[str]] = field(default_factory=dict)  # version -> its threads
+    corrupt: list[StoredDataError] = field(default_factory=list)  # threads that do not read
+
+    @property
+    def counts(self) -> dict[int, int]:
+        return {version: len(threads) for version, threads in sorted(self.versions.items())}
+
+    @property
+    def older(self) -> int:
+        """Threads an upgrade would rewrite."""
+        return sum(len(t) for v, t in self.versions.items() if v < self.version)
+
+    @property
+    def newer(self) -> list[str]:
+        """Threads stored at a newer version than the schema's: refused, never downgraded."""
+        return sorted(t for v, threads in self.versions.items() if v > self.version for t in threads)
+
+
+def status(store: Store, schema: Schema, *, progress: Progress | None = None) -> SchemaStatus:
+    """The threads of `store` by the state schema version they are stored at (read only)."""
+    if not isinstance(schema, Schema):
+        raise UsageError(f"status: schema must be a Schema, not {type(schema).__name__}")
+    report = SchemaStatus(schema.version)
+    chosen = sorted(store.keys())
+    for done, thread_id in enumerate(chosen, 1):
+        text = store.read(thread_id)
+        if text is not None:
+            try:
+                version = recorded_version(History.parse(thread_id, text))
+            except StoredDataError as exc:
+                report.corrupt.append(exc)
+            else:
+                report.versions.setdefault(version, []).append(thread_id)
+        if progress is not None:
+            progress(done, len(chosen), thread_id)
+    return report
+
+
+def load_schema(spec: str) -> Schema:
+    """The `Schema` named ``module:NAME`` (``NAME`` may be dotted: ``module:Class.attr``),
+    imported from the current directory or `sys.path`. Every way it can fail is a `UsageError`
+    saying which."""
+    module_name, colon, name = spec.partition(":")
+    if not colon or not module_name or not name:
+        raise UsageError(f"--schema {spec!r}: name the schema as module:NAME, e.g. myapp.schema:SCHEMA")
+    added = os.getcwd() not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        where = "the current directory or sys.path"
+        missing = exc.name or module_name
+        detail = "" if missing == module_name else f" (it imports {missing!r}, which is missing)"
+        raise UsageError(f"--schema {spec!r}: cannot import module {module_name!r} from {where}{detail}") from None
+    except Exception as exc:  # the user's module raised while it was imported
+        raise UsageError(f"--schema {spec!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(os.getcwd())
+    value: Any = module
+    for part in name.split("."):
+        if not hasattr(value, part):
+            raise UsageError(f"--schema {spec!r}: module {module_name!r} has no {name!r}")
+        value = getattr(value, part)
+    if not isinstance(value, Schema):
+        raise UsageError(
+            f"--schema {spec!r}: {name} is a {type(value).__name__}, not a telar_checkpoint.schema.Schema"
+        )
+    return value

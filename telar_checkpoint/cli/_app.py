@@ -37,8 +37,8 @@ class _Argument(click.Argument):
     """A positional argument with a line of help (click's own take one only from 8.5); the usage
     line shows one that may be left out in brackets (``URL [THREAD]``)."""
 
-    def __init__(self, name: str, metavar: str, help: str, *, required: bool = True) -> None:
-        super().__init__([name], metavar=metavar if required else f"[{metavar}]", required=required)
+    def __init__(self, name: str, metavar: str, help: str, *, required: bool = True, type: Any = None) -> None:
+        super().__init__([name], metavar=metavar if required else f"[{metavar}]", required=required, type=type)
         self.label = metavar
         self.help = help
 
@@ -87,6 +87,17 @@ class _Command(_PlainEpilog, click.Command):
         )
 
 
+class _ActionCommand(_Command):
+    """A command whose first argument is an action (`schema status URL`): the URL from
+    $TELAR_CHECKPOINT_URL goes after it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        url = os.environ.get(URL_ENV)
+        if url and not ctx.resilient_parsing and args and not args[0].startswith("-") and self._short_of_one(args):
+            args = [args[0], url, *args[1:]]
+        return click.Command.parse_args(self, ctx, args)
+
+
 def _run(handler: Handler) -> Callable[..., int]:
     def callback(**params: Any) -> int:
         return handler(types.SimpleNamespace(**params))
@@ -105,6 +116,7 @@ def _command(
     url: bool = True,
     json: bool = True,
     progress: bool = False,
+    cls: type[_Command] = _Command,
 ) -> None:
     """Add `name` to `group`: URL first (unless not `url`), then `params`, then --json and --progress."""
     declared: list[click.Parameter] = []
@@ -116,7 +128,7 @@ def _command(
     if progress:
         declared.append(click.Option(["--progress"], is_flag=True,
                                      help="draw a progress bar on stderr even when it is not a terminal"))
-    group.add_command(_Command(
+    group.add_command(cls(
         name, callback=_run(handler), params=declared, help=summary, short_help=summary,
         epilog=f"example:\n  {example}", context_settings={"help_option_names": ["-h", "--help"]},
     ))  # fmt: skip
@@ -144,6 +156,7 @@ def build_app(version: str) -> click.Group:
     from telar_checkpoint.cli import _commands as look
     from telar_checkpoint.cli import _manage as manage
     from telar_checkpoint.cli import _migrate as moves
+    from telar_checkpoint.cli import _schema as schema
 
     app = _Group(
         PROG,
@@ -214,9 +227,27 @@ def build_app(version: str) -> click.Group:
              click.Option(["--to", "target"], metavar="URL", required=True, help=URL_HELP),
              click.Option(["--thread", "threads"], metavar="ID", multiple=True,
                           help="only this thread (repeatable)"),
-             click.Option(["--dry-run"], is_flag=True, help="read and check everything, write nothing")],
+             click.Option(["--dry-run"], is_flag=True, help="read and check everything, write nothing"),
+             _schema_option("also bring each thread to this state schema's version, in the same write")],
             url=False, progress=True)
+    _command(app, "schema", "state schema versions: count the threads at each (status), or bring them all to the schema's (upgrade)",
+            "telar-checkpoint schema upgrade ./.telar-checkpoint --schema myapp.schema:SCHEMA --dry-run", schema.cmd_schema,
+            [_Argument("action", "ACTION", "status: count the threads by version; upgrade: rewrite every older thread",
+                       type=click.Choice(["status", "upgrade"])),
+             _Argument("url", "URL", URL_HELP),
+             _schema_option("the state schema, a telar_checkpoint.schema.Schema", required=True),
+             click.Option(["--dry-run"], is_flag=True,
+                          help="upgrade: show one thread before and after, and the counts; write nothing"),
+             click.Option(["--backup"], metavar="DIR", help="upgrade: write each thread's stored text to DIR "
+                          "(THREAD.vN.jsonl) before changing it")],
+            url=False, cls=_ActionCommand)
     return app
+
+
+def _schema_option(text: str, *, required: bool = False) -> click.Option:
+    return click.Option(["--schema"], metavar="SCHEMA", required=required,
+                        help=f"{text}: module:NAME, imported from the current directory or sys.path "
+                        "(e.g. myapp.schema:SCHEMA)")
 
 
 def _print_version(version: str) -> Callable[[click.Context, click.Parameter, bool], None]:

@@ -48,6 +48,9 @@ def cmd_import(args: types.SimpleNamespace) -> int:
 
 
 def cmd_migrate(args: types.SimpleNamespace) -> int:
+    from telar_checkpoint.schema import load_schema
+
+    schema = load_schema(args.schema) if args.schema is not None else None
     bar = ProgressBar("migrating", args.progress)
     with open_source(args.source) as source, (dry_target(args.target) if args.dry_run else opened(args.target, create=True)) as store:
         # A target that cannot be reached or opened is one error (exit code 5), not a failure
@@ -57,7 +60,8 @@ def cmd_migrate(args: types.SimpleNamespace) -> int:
         except StoredDataError:
             pass  # that thread's own state: the migration reports it
         try:
-            report = migrate(source, TelarSaver(store), thread_ids=list(args.threads) or None, dry_run=args.dry_run, progress=bar)
+            report = migrate(source, TelarSaver(store), thread_ids=list(args.threads) or None, dry_run=args.dry_run, progress=bar,
+                             schema=schema)
         finally:
             bar.close()
     if args.dry_run:  # a dry run of a store not made yet ran on a memory store in its place: name the real one

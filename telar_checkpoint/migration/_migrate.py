@@ -20,6 +20,7 @@ from telar_checkpoint.history import History, Key
 from telar_checkpoint.migration._report import ALREADY, BRANCH, NOT_FOUND, SUBGRAPH, TRIMMED, LeftOut, MigrationReport
 from telar_checkpoint.migration._sources import describe, discover_threads, read_records
 from telar_checkpoint.saver import TelarSaver
+from telar_checkpoint.schema import Schema, upgrade_text
 
 Progress = Callable[[int, int, str], object]
 """Called after each thread as `progress(done_threads, total_threads, thread_id)`."""
@@ -46,6 +47,7 @@ def migrate(
     thread_ids: Sequence[str] | None = None,
     dry_run: bool = False,
     progress: Progress | None = None,
+    schema: Schema | None = None,
 ) -> MigrationReport:
     """Copy every thread of `source` (or those named) into `target`, oldest checkpoint first.
 
@@ -53,18 +55,28 @@ def migrate(
     read through the source's serializer and written through the target's. From
     another `TelarSaver` with the same kind of serializer, the stored string is
     copied after it is validated. With `dry_run` nothing is written.
+
+    With `schema` (a `telar_checkpoint.schema.Schema`), each thread is also brought to the
+    schema's version on the way, in the same one write: a thread a step fails on is a failure
+    of its own (nothing written for it), and the others go on.
     """
-    check(migrate, {"source": source, "target": target, "thread_ids": thread_ids, "dry_run": dry_run, "progress": progress})
+    check(migrate, {"source": source, "target": target, "thread_ids": thread_ids, "dry_run": dry_run, "progress": progress,
+                    "schema": schema})
     if not isinstance(target, TelarSaver):
         raise UsageError(f"the migration target must be a TelarSaver, not {type(target).__name__}")
     report = MigrationReport(describe(source), describe(target), dry_run=dry_run)
+    report.schema = None if schema is None else schema.version
     copy_text = isinstance(source, TelarSaver) and type(source.codec.values.serde) is type(target.codec.values.serde)
 
     def build(thread_id: str) -> _Built | None:
         if copy_text:
-            return _built_from_text(source, target, thread_id)  # type: ignore[arg-type]
-        records = read_records(source, thread_id)
-        return _built_from_records(target, records) if records else None
+            built = _built_from_text(source, target, thread_id)  # type: ignore[arg-type]
+        else:
+            records = read_records(source, thread_id)
+            built = _built_from_records(target, records) if records else None
+        if built is not None and schema is not None:
+            _upgrade_built(target, thread_id, built, schema)
+        return built
 
     _run(report, target, _threads(source, thread_ids), build, dry_run, progress, named=thread_ids is not None)
     return report
@@ -233,6 +245,18 @@ def _built_from_text(source: TelarSaver, target: TelarSaver, thread_id: str) -> 
     if target.max_history is not None:
         text = target.codec.trim(text, target.max_history)
     return _Built(text, _keys_of(history), _parents_of(history))
+
+
+def _upgrade_built(target: TelarSaver, thread_id: str, built: _Built, schema: Schema) -> None:
+    """`built` brought to `schema.version` (a step's failure raises: the thread fails alone). A
+    renamed node's writes get new task ids: the target may hold either, so both are the source's."""
+    text = upgrade_text(thread_id, built.text, schema, target.codec.values)
+    if text is None:
+        return
+    for key, writes in _keys_of(target.codec.parse(thread_id, text)).items():
+        if key in built.source_keys:
+            built.source_keys[key] = built.source_keys[key] | writes
+    built.text = text
 
 
 def _keys_of(history: History) -> dict[Key, set[tuple[str, int]]]:

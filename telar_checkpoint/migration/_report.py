@@ -49,6 +49,7 @@ class MigrationReport:
     left_out: dict[str, list[LeftOut]] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     source_empty: bool = False  # the source held no thread at all (a wrong URL, often)
+    schema: int | None = None  # migrate(schema=...): the state schema version the threads were brought to
 
     @property
     def ok(self) -> bool:
@@ -65,7 +66,8 @@ class MigrationReport:
         verb = "Would migrate" if self.dry_run else "Migrated"
         parts = [
             f"{verb} {_n(self.threads, 'thread')} ({_n(self.checkpoints, 'checkpoint')}, "
-            f"{_n(self.writes, 'pending write')}) from {self.source} to {self.target}."
+            f"{_n(self.writes, 'pending write')}) from {self.source} to {self.target}"
+            + (f", at state schema version {self.schema}." if self.schema is not None else ".")
         ]
         if self.skipped:
             reasons = Counter(self.skipped.values())

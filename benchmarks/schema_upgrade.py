@@ -1,0 +1,107 @@
+"""How long `telar_checkpoint.schema.upgrade` takes as a store grows: linear in its threads?
+
+    python -m benchmarks.schema_upgrade                        # 1,000, 3,000 and 10,000 threads, file and SQLite
+    python -m benchmarks.schema_upgrade --sizes 500,2000 --stores file --backup
+
+Each store is filled with copies of one thread that graph version 1 of tests/schema_graphs.py
+left paused in its interrupt (3 checkpoints, 7 pending writes, about 2.4 KB; written with fsync
+off, which the timing does not include), then `upgrade(store, SCHEMA)` brings every thread to
+version 2 with that module's schema (rename a channel, map it, drop one, rename the paused
+node), one atomic rewrite per thread, through a store opened as the CLI opens it (fsync on).
+Printed per size: seconds, microseconds per thread, and that figure against the smallest size's
+(1.00 everywhere: linear). Not part of the test suite; `run_sizes` is what a smoke test calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from telar_checkpoint import TelarSaver
+from telar_checkpoint.stores import FileStore, MemoryStore, Store
+from telar_checkpoint.stores.sqlite import SQLiteStore
+
+
+def seed_text() -> str:
+    """One thread of graph version 1, paused in node `ask`."""
+    from tests.schema_graphs import graph_v1
+
+    store = MemoryStore()
+    graph_v1(TelarSaver(store)).invoke({"request": " a request "}, {"configurable": {"thread_id": "seed"}})
+    text = store.read("seed")
+    assert text is not None
+    return text
+
+
+def open_store(kind: str, where: Path, *, fsync: bool) -> Store:
+    if kind == "file":
+        return FileStore(where / "threads", fsync=fsync)
+    if kind == "sqlite":
+        return SQLiteStore(where / "threads.db", fsync=fsync)
+    raise ValueError(f"unknown store kind {kind!r} (file, sqlite)")
+
+
+def fill(kind: str, where: Path, threads: int, text: str) -> None:
+    store = open_store(kind, where, fsync=False)
+    try:
+        for i in range(threads):
+            store.write(f"thread-{i:06d}", text)
+    finally:
+        store.close()
+
+
+def measure(kind: str, where: Path, threads: int, text: str, *, backup: bool = False) -> dict[str, Any]:
+    from telar_checkpoint.schema import upgrade
+    from tests.schema_graphs import SCHEMA
+
+    fill(kind, where, threads, text)
+    store = open_store(kind, where, fsync=True)
+    try:
+        start = time.perf_counter()
+        report = upgrade(store, SCHEMA, backup=where / "backups" if backup else None)
+        seconds = time.perf_counter() - start
+    finally:
+        store.close()
+    assert len(report.upgraded) == threads and not report.failed, (len(report.upgraded), report.failed)
+    return {"store": kind, "threads": threads, "seconds": seconds, "us_per_thread": seconds / threads * 1e6}
+
+
+def run_sizes(kinds: list[str], sizes: list[int], base: Path, *, backup: bool = False, echo: bool = True) -> list[dict[str, Any]]:
+    text = seed_text()
+    rows = []
+    for kind in kinds:
+        first = None
+        for threads in sizes:
+            where = base / f"{kind}-{threads}"
+            where.mkdir(parents=True)
+            row = measure(kind, where, threads, text, backup=backup)
+            first = first or row["us_per_thread"]
+            row["vs_smallest"] = row["us_per_thread"] / first
+            rows.append(row)
+            if echo:
+                print(f"{kind:7} {threads:>7,} threads  {row['seconds']:8.2f} s  {row['us_per_thread']:8.0f} µs/thread  "
+                      f"x{row['vs_smallest']:.2f} per thread vs {sizes[0]:,}", flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,3000,10000", help="thread counts, comma-separated")
+    parser.add_argument("--stores", default="file,sqlite", help="file, sqlite (comma-separated)")
+    parser.add_argument("--backup", action="store_true", help="also write each thread's old text to a backup directory")
+    parser.add_argument("--dir", default=None, help="where to make the stores (default: a temporary directory)")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    kinds = [k.strip() for k in args.stores.split(",")]
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1, 5, 15 min); "
+          f"{os.cpu_count()} CPUs; thread text {len(seed_text().encode())} bytes", flush=True)
+    with tempfile.TemporaryDirectory(prefix="schema-upgrade-", dir=args.dir) as base:
+        run_sizes(kinds, sizes, Path(base), backup=args.backup)
+
+
+if __name__ == "__main__":
+    main()
