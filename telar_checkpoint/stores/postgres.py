@@ -23,7 +23,7 @@ key is locked too), and appends a chunk, or replaces the chunks by one (which
 also compacts a value of many chunks). A store of schema 1 (one row per
 thread) or 2 (no index) is migrated when first opened.
 
-The index (see `Store.index`) is ``{prefix}terms``, a row per term and key; a
+The index (see `Indexed.index`) is ``{prefix}terms``, a row per term and key; a
 term recorded commits before the write it describes, so a durable write never
 has its terms lost. Deleting a thread deletes its terms in the same transaction.
 ``{prefix}meta`` holds ``index = ready`` once the index covers every thread.

@@ -24,7 +24,7 @@ compacts them into one. The tables carry a schema version of their own in
 ``telar_meta``; a database of schema 1 (one row per thread) or 2 (no index) is
 migrated when first opened.
 
-The index (see `Store.index`) is ``telar_terms``, a row per term and key, in
+The index (see `Indexed.index`) is ``telar_terms``, a row per term and key, in
 the same database: a term recorded commits before the write it describes, and
 the WAL is synced in commit order, so a durable write never has its terms lost.
 Deleting a key deletes its terms in the same transaction. ``telar_meta`` holds

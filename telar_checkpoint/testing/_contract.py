@@ -58,7 +58,7 @@ class StoreTests:
 
     #: `version()` gives a token that changes with every write, and `append_if` appends at it.
     versions: bool = True
-    #: The store keeps an index (`Store.indexes`).
+    #: The store keeps an index (it is `Indexed`).
     indexes: bool = True
     #: Another store object, in this process or a child process, can open the same space (`opener`).
     shared: bool = False
