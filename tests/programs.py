@@ -320,7 +320,11 @@ class Journal(TypedDict, total=False):
 
 def edit_in_place(checkpointer: Any, context: dict) -> Any:
     def write(state: Journal) -> dict:
-        state["log"][0]["text"] = f"edited at {len(state['log'])}"  # in place, as users do
+        # In place, as users do; from the second run on only: in the first, log[0] is the input's own
+        # dict, which LangGraph also hands to put_writes (the __start__ task's write) from another
+        # thread, so what either saver stores of that write depends on which thread ran first.
+        if len(state["log"]) > 1:
+            state["log"][0]["text"] = f"edited at {len(state['log'])}"
         return {"log": [{"text": f"entry {len(state['log'])}"}]}
 
     builder = StateGraph(Journal)
