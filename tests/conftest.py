@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,32 @@ from tests.stores import SHARED_KINDS, STORE_KINDS, make_store
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI") == "true":
     settings.load_profile("ci")
+
+
+# --- Parallel runs (pytest-xdist: `-n auto --dist worksteal` in pyproject.toml) ---
+# Each test works in a space of its own (a uuid-named schema, key prefix or tmp_path; a server it
+# starts takes a free port), so tests can run in any worker, and beside other test runs on the same
+# servers. The few that need one fixed resource take turns: a test that uses a fixture named here
+# holds that resource's lock, across the workers and the runs of this machine, from before the
+# fixture is set up to after it is torn down. (Not xdist_group: pytest 9.2 drops it silently,
+# pytest-xdist#1386.)
+SHARED_RESOURCE_FIXTURES = {
+    # tests/test_foreign_data.py: Redis database 9, which it checks empty, fills and flushes.
+    "langgraph_redis": "redis-database-9",
+}
+LOCKS = Path(tempfile.gettempdir()) / "telar-checkpoint-test-locks"
+
+
+@pytest.fixture(autouse=True)
+def _shared_resource(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Autouse, so set up before (and torn down after) the fixtures the test names."""
+    names = sorted({SHARED_RESOURCE_FIXTURES[f] for f in request.fixturenames if f in SHARED_RESOURCE_FIXTURES})
+    with contextlib.ExitStack() as held:
+        for name in names:  # in one order, so two tests never wait on each other
+            LOCKS.mkdir(exist_ok=True)
+            lock = held.enter_context(open(LOCKS / f"{name}.lock", "a"))
+            fcntl.flock(lock, fcntl.LOCK_EX)  # let go when the file is closed
+        yield
 
 
 # --- Stores: every kind, each test in a space of its own (see tests/stores.py) ---

@@ -6,7 +6,6 @@ Nothing is lost or forked, and every run is found by its id from any process."""
 from __future__ import annotations
 
 import fcntl
-import multiprocessing
 import os
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from langgraph.types import Command
 
 from telar_checkpoint import TelarSaver
 from tests import agent_graph
-from tests.stores import describe, reopen
+from tests.stores import describe, processes, reopen
 
 PROCESSES, TURNS, SHARED = 4, 4, 2
 
@@ -42,7 +41,7 @@ def serve(description: tuple[str, dict[str, Any]], server: int, locks: str) -> l
 def test_app_servers_lose_nothing_fork_nothing_and_find_every_run(shared_store: Any, tmp_path: Path) -> None:
     locks = tmp_path / "locks"
     locks.mkdir()
-    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+    with processes().Pool(PROCESSES) as pool:
         runs = pool.starmap(serve, [(describe(shared_store), server, str(locks)) for server in range(PROCESSES)])
     saver = TelarSaver(shared_store)
     graph = agent_graph.build().compile(checkpointer=saver)

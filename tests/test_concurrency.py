@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ from telar_checkpoint import CheckpointCodec, TelarSaver
 from telar_checkpoint.history import History
 from telar_checkpoint.stores import Store
 from tests.stores import describe, reopen
+from tests.stores import processes as process_context
 
 PUTS = int(os.environ.get("TELAR_CONCURRENCY_PUTS", "12"))
 WORKERS = 6
@@ -111,7 +111,7 @@ def process_writer(description: tuple[str, dict[str, Any]], worker: int, puts: i
 
 def test_processes_writing_one_thread_and_their_own(shared_store: Store) -> None:
     store = shared_store
-    context = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
+    context = process_context()
     results = context.Queue()
     processes = [context.Process(target=process_writer, args=(describe(store), w, PUTS, results)) for w in range(4)]
     for process in processes:

@@ -14,6 +14,7 @@ import pytest
 
 from telar_checkpoint import StoreBusyError, StoreError
 from telar_checkpoint.stores import FileStore
+from tests.stores import processes
 
 pytestmark = pytest.mark.skipif(not hasattr(fcntl, "flock"), reason="flock")
 
@@ -30,7 +31,7 @@ def hold_lock(path: str, locked: multiprocessing.synchronize.Event, release: mul
 def test_a_lock_held_too_long_by_another_process_is_a_busy_error_naming_it(tmp_path: Path, write: str) -> None:
     store = FileStore(tmp_path, fsync=False, lock_timeout=0.5)
     store.update("t", lambda old: "a\n")
-    context = multiprocessing.get_context("spawn")
+    context = processes()
     locked, release = context.Event(), context.Event()
     holder = context.Process(target=hold_lock, args=(str(store.path("t")), locked, release))
     holder.start()

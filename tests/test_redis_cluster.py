@@ -8,7 +8,6 @@ cluster too, as the "redis-cluster" store kind."""
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import zlib
 from collections import defaultdict
 from pathlib import Path
@@ -22,7 +21,7 @@ from telar_checkpoint.errors import StoreError, UsageError
 from telar_checkpoint.stores import Store, open_store
 from telar_checkpoint.stores.url import cluster_nodes
 from tests.graphs import history_summary, multi_step
-from tests.stores import REDIS_CLUSTER_URL, describe, make_store, redis_admin, redis_cluster_admin, reopen
+from tests.stores import REDIS_CLUSTER_URL, describe, make_store, processes, redis_admin, redis_cluster_admin, reopen
 
 BRACED = ["{a}", "{a}b", "a{", "}", "{}", "{", "{{a}}", "x{a}y", "", "nul\x00{", "тред{🧵}", "{00000000}"]
 
@@ -192,7 +191,7 @@ def linear(graph: Any, config: dict[str, Any]) -> list[str]:
 
 def test_app_servers_in_processes_share_the_cluster(cluster_store: Store) -> None:
     store = cluster_store
-    context = multiprocessing.get_context("spawn")
+    context = processes()
     with context.Manager() as manager, context.Pool(PROCESSES) as pool:
         turn = manager.Lock()
         seen = pool.starmap(app_server, [(describe(store), w, turn) for w in range(PROCESSES)], chunksize=1)

@@ -19,7 +19,8 @@ once, and so do the thread's stored checkpoint and pending writes, read back thr
 On every local store, under each durability mode, through `invoke` and `ainvoke`.
 
 `TELAR_STRESS_RUNS` sets the runs per test (default 5); the tests carry the ``stress`` marker:
-``TELAR_STRESS_RUNS=2000 pytest -m stress -s`` is the full run (each test prints its figures).
+``TELAR_STRESS_RUNS=2000 pytest -m stress -s -n 0`` is the full run (each test prints its figures;
+``-n 0`` runs it in pytest's own process, as xdist's workers do not pass on what a test prints).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,8 @@ def test_memory_url() -> None:
 def test_server_urls(url: str) -> None:
     kind = "redis" if url.startswith("redis") else "postgres"
     require_server(kind)
-    store: Store = open_store(url, **({"schema": "telar_test_url"} if kind == "postgres" else {"prefix": "telar_test_url:"}))
+    tag = f"telar_test_url_{uuid.uuid4().hex[:12]}"  # a space of its own: tests run in parallel
+    store: Store = open_store(url, **({"schema": tag} if kind == "postgres" else {"prefix": f"{tag}:"}))
     try:
         assert store.kind == kind
         assert store.read("missing") is None
@@ -50,7 +52,11 @@ def test_server_urls(url: str) -> None:
         if kind == "postgres":
             from tests.stores import postgres_admin
 
-            postgres_admin("DROP SCHEMA IF EXISTS telar_test_url CASCADE")
+            postgres_admin(f'DROP SCHEMA IF EXISTS "{tag}" CASCADE')
+        else:
+            from tests.stores import redis_delete_prefix
+
+            redis_delete_prefix(f"{tag}:")
 
 
 @pytest.mark.parametrize("url", ["s3://bucket/x", "mysql://u:secret@h/db", "http://example.invalid/"])
