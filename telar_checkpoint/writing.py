@@ -272,12 +272,12 @@ class Writer:
         its terms with it, since), inside the turn: a write lingering for this put is carried, not
         left to time out."""
         store, versioned, deferred, indexed = self.store, self.versioned, self.deferred, self.index.indexed
-        terms = change.terms if isinstance(change, (PutCheckpoint, RewriteThread)) and indexed is not None else None
+        terms = change.terms if isinstance(change, (PutCheckpoint, RewriteThread)) else None
         with carrying(carried):
             if lines is not None and versioned is not None:
                 version, history, suffix = lines
-                if terms and (new := self.index.new_terms(thread_id, terms)):
-                    yield call(indexed.index, indexed.aindex, thread_id, new)  # type: ignore[union-attr]  # (terms: indexed)
+                if terms and indexed is not None and (new := self.index.new_terms(thread_id, terms)):
+                    yield call(indexed.index, indexed.aindex, thread_id, new)
                     self.index.recorded(thread_id, new)
                 if not suffix and (yield call(versioned.version, versioned.aversion, thread_id)) == version:
                     return False
@@ -289,8 +289,8 @@ class Writer:
                 if new_version is not None:
                     self.histories.keep(thread_id, new_version, history)
                     return deferred is not None
-            if terms:
-                yield call(indexed.index, indexed.aindex, thread_id, terms)  # type: ignore[union-attr]  # (terms: indexed)
+            if terms and indexed is not None:
+                yield call(indexed.index, indexed.aindex, thread_id, terms)
                 self.index.recorded(thread_id, terms)
             applied = self._applied_all(thread_id, carried, change)
             if versioned is None:
