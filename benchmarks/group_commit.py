@@ -16,21 +16,18 @@ from __future__ import annotations
 import argparse
 import operator
 import statistics
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from benchmarks.ab import RESULTS, publish
-from benchmarks.agent import agent_builder, human
 from benchmarks.checkpoints import thread_config
-from benchmarks.contenders import Lab, open_contenders
-from benchmarks.workloads import log
+from benchmarks.contenders import Contender, Lab, open_contenders
+from benchmarks.workloads import Settings, concurrency, log
 from telar_checkpoint.stores.group_commit import DeferredAppends
 
 
@@ -48,24 +45,10 @@ def flush_in_the_append(store: DeferredAppends) -> None:
     store.flush = lambda key: None  # type: ignore[method-assign]
 
 
-def workers(saver: BaseCheckpointSaver[Any], count: int = 8, turns: int = 3) -> float:
-    graph = agent_builder().compile(checkpointer=saver)
-    tag, start = uuid.uuid4().hex[:6], threading.Barrier(count + 1)
-
-    def work(worker: int) -> None:
-        config = thread_config(f"w-{tag}-{worker}")
-        start.wait()
-        for turn in range(turns):
-            graph.invoke({"messages": [human(turn)]}, config)
-
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(count)]
-    for t in threads:
-        t.start()
-    start.wait()
-    began = time.perf_counter()
-    for t in threads:
-        t.join()
-    return count * turns / (time.perf_counter() - began)
+def workers(contender: Contender) -> float:
+    """`workloads.concurrency`: 8 threads, 3 agent-loop turns each, LangGraph's default durability."""
+    settings = Settings(workers=8, worker_turns=3, concurrency_rounds=1, durability="async")
+    return float(concurrency([contender], settings)[contender.name]["invokes_per_s"])
 
 
 class _Fan(TypedDict):
@@ -77,12 +60,12 @@ def _branch(state: _Fan) -> dict[str, list[int]]:
     return {"items": [state["items"][0] * 10]}
 
 
-def fan_out(saver: BaseCheckpointSaver[Any], invokes: int = 20) -> float:
+def fan_out(contender: Contender, invokes: int = 20) -> float:
     builder = StateGraph(_Fan)
     builder.add_node("branch", _branch)
     builder.add_conditional_edges(START, lambda state: [Send("branch", {"items": [i]}) for i in range(8)], ["branch"])
     builder.add_edge("branch", END)
-    graph, tag = builder.compile(checkpointer=saver), uuid.uuid4().hex[:6]
+    graph, tag = builder.compile(checkpointer=contender.saver), uuid.uuid4().hex[:6]
     began = time.perf_counter()
     for i in range(invokes):
         graph.invoke({"items": []}, thread_config(f"f-{tag}-{i}"))
@@ -114,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
                 order = [(run + k) % 3 for k in range(3)]
                 for name, workload in WORKLOADS.items():
                     for k in order:
-                        rates[name][k].append(workload(contenders[k].saver))
+                        rates[name][k].append(workload(contenders[k]))
         finally:
             for contender in contenders:
                 contender.close()
