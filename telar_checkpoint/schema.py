@@ -416,7 +416,9 @@ def _interrupt_id(ns: str, answered: int) -> str:
     return xxh3_128_hexdigest((f"{ns}|{answered}" if answered else ns).encode())
 
 
-_PUSH_PATH = re.compile(r"~__pregel_push, (\d+), (?:True|False)$")
+# A Send's task path as LangGraph stores it (`task_path_str((PUSH, idx, False))`: numbers, the
+# bool too, as 10 digits, "~__pregel_push, 0000000002, 0000000000"); "True"/"False" also read.
+_PUSH_PATH = re.compile(r"~__pregel_push, (\d+), (?:True|False|\d+)$")
 
 
 @dataclass(frozen=True, repr=False)
@@ -446,6 +448,14 @@ class _RenameNode(Step):
             ns = key[0]
             if ns and ns.split("|")[0].split(":")[0] == old:
                 raise _Refused(f"the thread holds the state of a subgraph inside it (namespace {ns!r})")
+        # A Functional API task called by the node (an entrypoint's @task): LangGraph derives its id
+        # from the caller's path, which names the node ("~__pregel_push, ~__pregel_pull, <node>, ..."),
+        # and from the task's own name, which is not stored: its id cannot be recomputed.
+        called = f"~{_PULL}, {old}, "
+        for key, writes in thread.writes.items():
+            for (task, _), (_, _, path) in writes.items():
+                if not key[0] and path.startswith(f"~{_PUSH}, ") and called in path:
+                    raise _Refused(f"a Functional API task it called (task {task}) has an id derived from its name")
         if any(ch == f"branch:to:{new}" for ch in _channels_of(thread)):
             raise _Refused(f"the thread has a node {new!r} already")
         # Task ids first: they are checked against the names they were derived from.
@@ -501,9 +511,10 @@ class _RenameNode(Step):
         cp, step = line.checkpoint, str(line.step + 1)
         push = _PUSH_PATH.match(path)
         if push is not None:
-            if _task_id(cp, line.id, old, step, old, _PUSH, push.group(1)) != task:
+            index = str(int(push.group(1)))  # LangGraph derives the id from str(idx), unpadded
+            if _task_id(cp, line.id, old, step, old, _PUSH, index) != task:
                 return None  # a Send to another node
-            return _task_id(cp, line.id, new, step, new, _PUSH, push.group(1))
+            return _task_id(cp, line.id, new, step, new, _PUSH, index)
         pointing = sorted(ch for ch in cp.get("channel_versions") or {} if self.channel(ch) != ch)
         seen = sorted((cp.get("versions_seen") or {}).get(old) or {})
         for triggers in dict.fromkeys((tuple(pointing), tuple(seen), *((ch,) for ch in pointing))):
@@ -639,22 +650,28 @@ def upgrade_text(thread_id: str | None, text: str | None, schema: Schema, values
     if stored == schema.version:
         return None
     text = history.render()  # canonical: every base stored, crash residue gone
-    for number in range(stored + 1, schema.version + 1):
-        for i, step in enumerate(schema.steps.get(number, ()), 1):
-            thread = _Thread.of(thread_id, text, values)
-            try:
-                step.apply(thread)
-                text = thread.render()
-                History.parse(thread_id, text)  # what a step made must read
-            except _Refused as exc:
-                if isinstance(step, _RenameNode):
-                    raise SchemaRefusedError(thread_id, step.old, str(exc)) from None
-                raise SchemaStepError(thread_id, thread.where, f"{number} #{i} {step.describe()}", exc) from None
-            except StoredDataError as exc:
-                raise SchemaStepError(thread_id, thread.where, f"{number} #{i} {step.describe()}", exc) from exc
-            except Exception as exc:  # the user's function: whatever it raises
-                raise SchemaStepError(thread_id, thread.where, f"{number} #{i} {step.describe()}", exc) from exc
-    history = History.parse(thread_id, text)
+    steps = [(n, i, step) for n in range(stored + 1, schema.version + 1) for i, step in enumerate(schema.steps.get(n, ()), 1)]
+    # Each text is parsed once: what a step made is parsed as the next step's thread, which is
+    # the check that it reads; what the last step made, as the history stamped below.
+    thread = _Thread.of(thread_id, text, values) if steps else None
+    history = History.parse(thread_id, text) if thread is None else thread.history
+    for done, (number, i, step) in enumerate(steps, 1):
+        assert thread is not None
+        try:
+            step.apply(thread)
+            text = thread.render()
+            if done < len(steps):
+                thread = _Thread.of(thread_id, text, values)  # what a step made must read
+            else:
+                history = History.parse(thread_id, text)
+        except _Refused as exc:
+            if isinstance(step, _RenameNode):
+                raise SchemaRefusedError(thread_id, step.old, str(exc)) from None
+            raise SchemaStepError(thread_id, thread.where, f"{number} #{i} {step.describe()}", exc) from None
+        except StoredDataError as exc:
+            raise SchemaStepError(thread_id, thread.where, f"{number} #{i} {step.describe()}", exc) from exc
+        except Exception as exc:  # the user's function: whatever it raises
+            raise SchemaStepError(thread_id, thread.where, f"{number} #{i} {step.describe()}", exc) from exc
     root = history.dropped.get("")
     if root is None:
         root = history.dropped[""] = DroppedLine("", None)
