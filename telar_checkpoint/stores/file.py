@@ -31,6 +31,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Collection, Hashable, Iterator
 from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 
 from telar_checkpoint._arguments import check
@@ -218,7 +219,8 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
             handle = self._handles.get(key)
             if handle is None:
                 handle = self._handles[key] = Handle(self._root, encode_name(key), key, self.lock_timeout)
-                for old_key in list(self._handles)[: max(0, len(self._handles) - FILES_KEPT)]:
+                # the oldest beyond FILES_KEPT (islice: not a copy of every key on each new handle)
+                for old_key in list(islice(self._handles, max(0, len(self._handles) - FILES_KEPT))):
                     old = self._handles[old_key]
                     if old.local.acquire(blocking=False):  # in use: keep it for now
                         if not old.commits.pending or not self.fsync:  # else a flush still needs it
