@@ -340,7 +340,41 @@ class _Transform(Step):
             new[key] = {ch: codec.encode(value) for ch, value in result.items()}
             removed[key] = set(channels) - set(result)
         thread.where = None
+        self.versions(thread, new, removed)
         thread.set_values(new, removed)
+
+    @staticmethod
+    def versions(thread: _Thread, new: dict[Key, dict[str, Any]], removed: dict[Key, set[str]]) -> None:
+        """Keep each checkpoint's channel versions to its values: LangGraph restores and carries
+        on only the channels a checkpoint versions, so a channel the transform added (a key
+        renamed, split) gets one: its parent's where its value is the same, else the newest
+        version of the checkpoint (one it has used, so no node sees a trigger it has not seen);
+        a channel it removed loses its versions as `drop_channel` takes them."""
+        given: dict[tuple[Key, str], Any] = {}
+        for key, line in thread.lines.items():  # (parents before children, as stored)
+            cp = line.checkpoint
+            versions = cp.get("channel_versions")
+            if not isinstance(versions, dict):
+                continue
+            for channel in removed.get(key, ()):
+                versions.pop(channel, None)
+                for seen in (cp.get("versions_seen") or {}).values():
+                    if isinstance(seen, dict):
+                        seen.pop(channel, None)
+                if isinstance(cp.get("updated_channels"), list):
+                    cp["updated_channels"] = [c for c in cp["updated_channels"] if c != channel]
+            added = [ch for ch in new.get(key, {}) if ch not in versions]
+            if not added:
+                continue
+            try:
+                newest = max(versions.values()) if versions else 1
+            except TypeError:  # versions of mixed types: any of them will do
+                newest = next(iter(versions.values()))
+            parent_key: Key = (line.ns, line.parent or "")
+            for channel in added:
+                same = (parent_key, channel) in given and orjson.dumps(new[parent_key][channel]) == orjson.dumps(new[key][channel])
+                versions[channel] = given[(key, channel)] = given[(parent_key, channel)] if same else newest
+
 
 
 def _renamed_classes(value: Any, old: str, new: str) -> Any:

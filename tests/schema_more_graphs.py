@@ -228,7 +228,7 @@ def subgraph_v1(saver: Any, persistent: bool = True) -> Any:
     return _drafts(DraftV1, write, review, publish, saver, persistent)
 
 
-def subgraph_v2(saver: Any, persistent: bool = True) -> Any:
+def subgraph_v2(saver: Any, persistent: bool = True, review_node: str = "review") -> Any:
     def write(state: DraftV2) -> dict[str, Any]:
         return {"text": f"about {state['topic']}", "log": [f"wrote {state['topic']}"]}
 
@@ -239,15 +239,15 @@ def subgraph_v2(saver: Any, persistent: bool = True) -> Any:
     def publish(state: DraftV2) -> dict[str, Any]:
         return {"log": [f"published {state['text']}"]}
 
-    return _drafts(DraftV2, write, review, publish, saver, persistent)
+    return _drafts(DraftV2, write, review, publish, saver, persistent, review_node)
 
 
-def _drafts(state: type, write: Any, review: Any, publish: Any, saver: Any, persistent: bool) -> Any:
+def _drafts(state: type, write: Any, review: Any, publish: Any, saver: Any, persistent: bool, review_node: str = "review") -> Any:
     inner = StateGraph(state)
     inner.add_node("write", write)
-    inner.add_node("review", review)
+    inner.add_node(review_node, review)
     inner.add_edge(START, "write")
-    inner.add_edge("write", "review")
+    inner.add_edge("write", review_node)
     parent = StateGraph(state)
     # persistent: its state kept between turns, in namespace "writer"; else in "writer:<task id>" while paused
     parent.add_node("writer", inner.compile(checkpointer=True) if persistent else inner.compile())
@@ -408,7 +408,156 @@ FANOUT_RENAMED = Program(
     FANOUT.inputs, split=1, gone=('"results"', '"node":"work"'), runs=FANOUT.runs, config=FANOUT.config,
 )
 
+
+# --- the steps on the graphs above not yet shown on them: transform on StateGraphs, drop_channel ---
+# --- on the chat agent and the fan-out, map_channel and rename_class of pending writes, a node ---
+# --- renamed inside a paused subgraph --------------------------------------------------------
+
+
+def notes_as_memo(state: dict[str, Any]) -> dict[str, Any]:
+    """The HITL program's steps as one `transform`: `notes` renamed `memo`, stripped; `scratch` gone."""
+    if "notes" in state:
+        state["memo"] = state.pop("notes").strip()
+    state.pop("scratch", None)
+    return state
+
+
+HITL_TRANSFORM = Program(
+    "hitl-transform", schema_graphs.graph_v1, schema_graphs.graph_v2,
+    Schema(version=2, steps={2: [transform(notes_as_memo), rename_node("ask", "ask_user")]}),
+    HITL.inputs, split=1, gone=('"branch:to:ask"',),  # (a transform leaves the stored writes as they are)
+)
+
+
+class ChatLean(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    profile: Profile  # (version 2 keeps no summary: it counts the turns in the messages)
+
+
+def chat_lean(saver: Any) -> Any:
+    def agent(state: ChatLean) -> dict[str, Any]:
+        messages = state["messages"]
+        if isinstance(messages[-1], HumanMessage):
+            return {"messages": [_tool_call(messages)], "profile": state.get("profile") or Profile(name="Ada", language="en")}
+        profile = state["profile"]
+        assert isinstance(profile, Profile), f"profile is a {type(profile).__name__}"
+        turn = sum(isinstance(m, HumanMessage) for m in messages)
+        return {"messages": [AIMessage(f"{messages[-1].content}, {profile.name} (turn {turn})")]}
+
+    return _chat(ChatLean, agent, saver)
+
+
+def profile_rebuilt(state: dict[str, Any]) -> dict[str, Any]:
+    """The stored profile as an object of version 2's class, built from its fields (the way to
+    go where a class changed more than its name)."""
+    if isinstance(state.get("profile"), ProfileV1):
+        state["profile"] = Profile(**state["profile"].model_dump())
+    return state
+
+
+CHAT_DROP = Program(
+    # version 2 keeps no summary; its profile class is made anew by a transform (not renamed)
+    "chat-drop", chat_v1, chat_lean,
+    Schema(version=2, steps={2: [drop_channel("summary"), transform(profile_rebuilt)]}),
+    CHAT.inputs, split=3, gone=('"summary"',),
+)
+
+
+def draft_as_text(state: dict[str, Any]) -> dict[str, Any]:
+    """The subgraph program's steps as one `transform` (applied in every namespace)."""
+    if "draft" in state:
+        state["text"] = state.pop("draft")
+    state.pop("scratch", None)
+    return state
+
+
+SUBGRAPH_INNER_RENAMED = Program(
+    # version 2 renamed the subgraph's node `review`, in which it is paused (namespace "writer")
+    "subgraph-inner-rename", subgraph_v1, partial(subgraph_v2, review_node="check"),
+    Schema(version=2, steps={2: [transform(draft_as_text), rename_node("review", "check")]}),
+    SUBGRAPH.inputs, split=1, gone=('"branch:to:review"',),
+)
+
+
+class FindingV1(BaseModel):
+    topic: str
+
+
+class Finding(BaseModel):
+    """Version 2's `FindingV1`, moved, with a field more (a default: a stored one decodes)."""
+
+    topic: str
+    source: str = "unknown"
+
+
+class FanClassesV1(TypedDict, total=False):
+    topics: list[str]
+    results: Annotated[list[FindingV1], operator.add]
+    trace: Annotated[list[str], operator.add]
+    report: str
+
+
+class FanClassesV2(TypedDict, total=False):
+    topics: list[str]
+    results: Annotated[list[Finding], operator.add]
+    report: str
+
+
+def fanout_classes_v1(saver: Any) -> Any:
+    builder = StateGraph(FanClassesV1)
+    builder.add_node("work", lambda item, config: {
+        "results": [FindingV1(topic=_research(item, config))], "trace": [f"searched {item['topic']}"]})
+    builder.add_node("reduce", lambda state: {"report": "+".join(f.topic for f in state["results"])})
+    builder.add_conditional_edges(START, lambda state: [Send("work", {"topic": t}) for t in state["topics"]], ["work"])
+    builder.add_edge("work", "reduce")
+    builder.add_edge("reduce", END)
+    return builder.compile(checkpointer=saver)
+
+
+def fanout_classes_v2(saver: Any) -> Any:
+    def reduce(state: FanClassesV2) -> dict[str, Any]:
+        assert all(type(f) is Finding for f in state["results"]), state["results"]
+        return {"report": "+".join(f"{f.topic}@{f.source}" for f in state["results"])}
+
+    builder = StateGraph(FanClassesV2)
+    builder.add_node("work", lambda item, config: {"results": [Finding(topic=_research(item, config), source="search")]})
+    builder.add_node("reduce", reduce)
+    builder.add_conditional_edges(START, lambda state: [Send("work", {"topic": t}) for t in state["topics"]], ["work"])
+    builder.add_edge("work", "reduce")
+    builder.add_edge("reduce", END)
+    return builder.compile(checkpointer=saver)
+
+
+def searched(findings: list[Any]) -> list[Any]:
+    """A list of findings (the channel's value, or a branch's pending write) with their source."""
+    return [f.model_copy(update={"source": "search"}) if isinstance(f, Finding) and f.source == "unknown" else f for f in findings]
+
+
+FANOUT_CLASSES = Program(
+    # the successful branches' pending writes hold the renamed class and the dropped channel
+    "send-classes", fanout_classes_v1, fanout_classes_v2,
+    Schema(version=2, steps={2: [
+        rename_class("tests.schema_more_graphs:FindingV1", "tests.schema_more_graphs:Finding"),
+        map_channel("results", searched), drop_channel("trace"),
+    ]}),
+    FANOUT.inputs, split=1, gone=("FindingV1", '"trace"'), runs=FANOUT.runs, config=FANOUT.config,
+)
+
 PROGRAMS = {
     p.name: p
-    for p in (HITL, CHAT, CHAT_RENAMED, SUBGRAPH, SUBGRAPH_PAUSED, FANOUT, FANOUT_RENAMED, FUNCTIONAL_MAP, FUNCTIONAL_TRANSFORM)
+    for p in (
+        HITL, HITL_TRANSFORM, CHAT, CHAT_RENAMED, CHAT_DROP, SUBGRAPH, SUBGRAPH_PAUSED,
+        SUBGRAPH_INNER_RENAMED, FANOUT, FANOUT_RENAMED, FANOUT_CLASSES, FUNCTIONAL_MAP, FUNCTIONAL_TRANSFORM,
+    )
+}
+
+# Each kind of step, on the programs that show it on a real graph (tests/test_schema_graphs.py
+# checks that this table is what the schemas above hold, and that every kind has a row).
+STEP_KINDS = {
+    "rename_channel": ("hitl", "chat", "subgraph", "send"),
+    "drop_channel": ("hitl", "chat-drop", "subgraph", "send-classes"),
+    "map_channel": ("hitl", "chat", "send-classes", "functional-map"),
+    "rename_node": ("hitl", "chat-rename-node", "subgraph-inner-rename", "send-rename-node"),
+    "rename_class": ("chat", "send-classes"),
+    "transform": ("hitl-transform", "chat-drop", "subgraph-inner-rename", "functional-transform"),
 }

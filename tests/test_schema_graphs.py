@@ -1,5 +1,6 @@
 """State-schema migrations on real graphs (issue 32): a human-in-the-loop graph, a chat agent, a
-persistent subgraph, a Send fan-out with a failed branch and the Functional API. Each thread is
+persistent subgraph, a Send fan-out with a failed branch and the Functional API, with each kind
+of step on two graphs or more (`STEP_KINDS`). Each thread is
 written by graph version 1, upgraded on read (a saver with `schema=`) or offline (`upgrade`),
 then run on graph version 2, and must give what a thread started on version 2 and fed the same
 inputs gives: every result and the final state, on every store kind. The programs are in
@@ -32,6 +33,7 @@ from tests.schema_more_graphs import (
     FANOUT,
     FUNCTIONAL_MAP,
     PROGRAMS,
+    STEP_KINDS,
     SUBGRAPH,
     Profile,
     Program,
@@ -54,12 +56,19 @@ def _written_by_v1(store: Store, program: Program) -> str:
     return thread
 
 
-def _reference(store: Store, program: Program) -> tuple[str, list[Any]]:
+_REFERENCES: dict[str, tuple[str, list[Any]]] = {}
+
+
+def _reference(program: Program) -> tuple[str, list[Any]]:
     """A thread started on version 2 and fed all the inputs: what it gives for those version 2
-    is fed in the upgraded thread (and the final state)."""
-    thread = _thread(program)
-    results = feed(program.v2(TelarSaver(store, schema=program.schema)), thread, program.inputs, program.config)
-    return thread, results[program.split :]
+    is fed in the upgraded thread (and the final state). Run once per program (in each test
+    process), in memory: what a graph gives does not depend on the store (tests/test_compat.py),
+    and the upgraded threads compared with it are on every store."""
+    if program.name not in _REFERENCES:
+        thread = _thread(program)
+        results = feed(program.v2(TelarSaver(MemoryStore(), schema=program.schema)), thread, program.inputs, program.config)
+        _REFERENCES[program.name] = thread, results[program.split :]
+    return _REFERENCES[program.name]
 
 
 def _assert_upgraded(store: Store, thread: str, program: Program) -> None:
@@ -101,10 +110,23 @@ WAYS = {"on-read": _upgraded_on_read, "offline": _upgraded_offline}
 def test_v1_thread_upgraded_runs_as_if_started_on_v2(store: Store, name: str, way: str) -> None:
     program = PROGRAMS[name]
     thread, results = WAYS[way](store, program)
-    reference, expected = _reference(store, program)
+    reference, expected = _reference(program)
     assert results == expected
     if program.runs is not None:  # work with side effects (a Send branch, a task) ran as often
         assert program.runs(thread) == program.runs(reference)
+
+
+def test_every_kind_of_step_is_run_on_real_graphs() -> None:
+    """Each public kind of step is in the schema of the programs `STEP_KINDS` names for it, and
+    those programs are of at least two of the graphs (so a step is not shown on one shape only)."""
+    kinds = {"rename_channel", "drop_channel", "map_channel", "rename_node", "rename_class", "transform"}
+    assert set(STEP_KINDS) == kinds
+    family = {"hitl": "hitl", "chat": "chat", "subgraph": "subgraph", "send": "send", "functional": "functional"}
+    for kind, names in STEP_KINDS.items():
+        for name in names:
+            steps = [step for steps in PROGRAMS[name].schema.steps.values() for step in steps]
+            assert kind in {step.describe().partition("(")[0] for step in steps}, f"{name} has no {kind} step"
+        assert len({family[name.partition("-")[0]] for name in names}) >= 2, kind
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))
@@ -118,7 +140,7 @@ def test_without_the_schema_v2_does_not(name: str) -> None:
         results: Any = feed(program.v2(TelarSaver(store)), thread, program.inputs[program.split :], program.config)
     except (AssertionError, KeyError, TypeError, AttributeError) as exc:
         results = f"raised {type(exc).__name__}"
-    assert results != _reference(store, program)[1]
+    assert results != _reference(program)[1]
 
 
 # --- what each program's upgrade changed where it is stored -------------------------------------
