@@ -16,9 +16,9 @@ kept checkpoint of every namespace and to the pending writes.
 The core is pure: `upgrade_text(thread_id, text, schema, values)` gives the upgraded text of a
 thread (or None when there is nothing to do). A saver made with `schema=` reads older threads
 through it, upgraded in memory (a read never writes), and rewrites a thread at the current
-version before its next write; `upgrade` rewrites every thread of a store now, one atomic
-`TelarSaver.rewrite` each. A thread stored at a newer version than the schema is refused
-(`SchemaVersionError`), never downgraded. docs/SCHEMA.md says more.
+version before its next write; `upgrade` (and `aupgrade`, its async twin) rewrites every thread
+of a store now, one atomic `TelarSaver.rewrite` each. A thread stored at a newer version than
+the schema is refused (`SchemaVersionError`), never downgraded. docs/SCHEMA.md says more.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from telar_checkpoint.compaction import MAX_CHAIN
 from telar_checkpoint.errors import StoredDataError, TelarError, UsageError
 from telar_checkpoint.format import CheckpointLine, DroppedLine, is_same, render
 from telar_checkpoint.history import History, Key, Write, WriteKey
+from telar_checkpoint.steps import Steps, arun, call, run
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.values import SERDE_TAG, ValueCodec
 
@@ -57,6 +58,7 @@ __all__ = [
     "SchemaStepError",
     "SchemaUpgrade",
     "SchemaVersionError",
+    "aupgrade",
     "drop_channel",
     "load_schema",
     "map_channel",
@@ -374,7 +376,6 @@ class _Transform(Step):
             for channel in added:
                 same = (parent_key, channel) in given and orjson.dumps(new[parent_key][channel]) == orjson.dumps(new[key][channel])
                 versions[channel] = given[(key, channel)] = given[(parent_key, channel)] if same else newest
-
 
 
 def _renamed_classes(value: Any, old: str, new: str) -> Any:
@@ -772,26 +773,52 @@ def upgrade(
     `dry_run`: write nothing. `progress(done, total, thread_id)`: called after each thread.
     `backup`: a directory (made if needed) where each thread's stored text is written, and
     synced, before it is changed, as ``<thread id, %-quoted>.v<version>.jsonl`` with the thread
-    files' permissions."""
+    files' permissions. `aupgrade` is its async twin."""
+    return run(_upgrade_steps(_saver_of(store_or_saver, schema, thread_ids), schema, dry_run, thread_ids, progress, backup))
+
+
+async def aupgrade(
+    store_or_saver: Store | TelarSaver,
+    schema: Schema,
+    *,
+    dry_run: bool = False,
+    thread_ids: Iterable[str] | None = None,
+    progress: Progress | None = None,
+    backup: str | os.PathLike[str] | None = None,
+) -> SchemaUpgrade:
+    """`upgrade` on the store's async methods (`aread`, `akeys`, `TelarSaver.arewrite`): for an
+    application that holds an async store (an async Postgres or Redis pool) in its event loop.
+    The steps themselves run in the loop, thread by thread, as a read of the saver does."""
+    saver = _saver_of(store_or_saver, schema, thread_ids)
+    return await arun(_upgrade_steps(saver, schema, dry_run, thread_ids, progress, backup))
+
+
+def _saver_of(store_or_saver: Store | TelarSaver, schema: Schema, thread_ids: Iterable[str] | None) -> TelarSaver:
     from telar_checkpoint.saver import TelarSaver
 
     if not isinstance(schema, Schema):
         raise UsageError(f"upgrade: schema must be a Schema, not {type(schema).__name__}")
-    if isinstance(store_or_saver, TelarSaver):
-        saver = store_or_saver
-    elif isinstance(store_or_saver, Store):
-        saver = TelarSaver(store_or_saver)
-    else:
-        raise UsageError(f"upgrade: give a Store or a TelarSaver, not {type(store_or_saver).__name__}")
     if isinstance(thread_ids, str):
         raise UsageError("upgrade: thread_ids must be a list of thread ids, not one string")
+    if isinstance(store_or_saver, TelarSaver):
+        return store_or_saver
+    if isinstance(store_or_saver, Store):
+        return TelarSaver(store_or_saver)
+    raise UsageError(f"upgrade: give a Store or a TelarSaver, not {type(store_or_saver).__name__}")
+
+
+def _upgrade_steps(
+    saver: TelarSaver, schema: Schema, dry_run: bool, thread_ids: Iterable[str] | None,
+    progress: Progress | None, backup: str | os.PathLike[str] | None,
+) -> Steps[SchemaUpgrade]:
+    """`upgrade`, written once for the sync and async stores (telar_checkpoint/steps.py)."""
     values = saver.codec.values
     report = SchemaUpgrade()
     store = saver.store
     backups = None if backup is None or dry_run else _Backups(store, Path(backup), report)
-    chosen = sorted(store.keys()) if thread_ids is None else list(thread_ids)
+    chosen = sorted((yield call(store.keys, store.akeys))) if thread_ids is None else list(thread_ids)
     for done, thread_id in enumerate(chosen, 1):
-        text = store.read(thread_id)
+        text = yield call(store.read, store.aread, thread_id)
         try:
             new = upgrade_text(thread_id, text, schema, values)
             if new is None:
@@ -803,7 +830,8 @@ def upgrade(
                 if backups is not None:
                     backups.write(thread_id, version, text)
                 if not dry_run:
-                    saver.rewrite(thread_id, partial(_upgraded, thread_id, schema, values, text, new, backups), text=new)
+                    change = partial(_upgraded, thread_id, schema, values, text, new, backups)
+                    yield call(saver.rewrite, saver.arewrite, thread_id, change, text=new)
                 report.upgraded[thread_id] = version
                 if report.example is None:
                     report.example = (thread_id, text, new)

@@ -71,6 +71,25 @@ def feed(graph: Any, thread_id: str, inputs: list[Any], config: dict[str, Any] |
     return results
 
 
+async def afeed(graph: Any, thread_id: str, inputs: list[Any], config: dict[str, Any] | None = None) -> list[Any]:
+    """`feed` through the async API (`ainvoke`, `aget_state`)."""
+    config = {**(config or {}), "configurable": {"thread_id": thread_id}}
+    results = []
+    for item in inputs:
+        if isinstance(item, Raises):
+            try:
+                await graph.ainvoke(item.input, config)
+            except RuntimeError as exc:
+                results.append(f"raised {exc}")
+            else:
+                raise AssertionError(f"{item.input!r} did not raise")
+        else:
+            results.append(normalize(await graph.ainvoke(item, config)))
+    state = await graph.aget_state(config)
+    results.append({"values": normalize(state.values), "next": state.next})
+    return results
+
+
 def normalize(value: Any) -> Any:
     """`value` without what differs from one thread to the next (message and interrupt ids,
     which LangGraph derives from random ids), with the classes of stored values named."""

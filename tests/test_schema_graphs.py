@@ -20,6 +20,7 @@ from telar_checkpoint.schema import (
     Schema,
     SchemaRefusedError,
     SchemaVersionError,
+    aupgrade,
     map_channel,
     recorded_version,
     rename_node,
@@ -32,11 +33,13 @@ from tests.schema_more_graphs import (
     DOUBLED,
     FANOUT,
     FUNCTIONAL_MAP,
+    HITL,
     PROGRAMS,
     STEP_KINDS,
     SUBGRAPH,
     Profile,
     Program,
+    afeed,
     feed,
     saved_total,
 )
@@ -127,6 +130,53 @@ def test_every_kind_of_step_is_run_on_real_graphs() -> None:
             steps = [step for steps in PROGRAMS[name].schema.steps.values() for step in steps]
             assert kind in {step.describe().partition("(")[0] for step in steps}, f"{name} has no {kind} step"
         assert len({family[name.partition("-")[0]] for name in names}) >= 2, kind
+
+
+# --- the async API: on read through ainvoke, offline through aupgrade, on every store kind -------
+
+
+@pytest.mark.parametrize("way", ["on-read", "offline"])
+@pytest.mark.parametrize("program", [HITL], ids=lambda p: p.name)
+async def test_async_v1_thread_upgraded_runs_as_if_started_on_v2(
+    astore: Store, program: Program, way: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`aupgrade` lists and reads the threads through the store's async methods, and the thread
+    upgraded by it, or on read by `aget_tuple`, runs on version 2 through the async API as a
+    thread started there does."""
+    thread = _thread(program)
+    feed(program.v1(TelarSaver(astore)), thread, program.inputs[: program.split], program.config)
+    before = await astore.aread(thread)
+    if way == "offline":
+        calls: list[str] = []
+
+        def counted(name: str) -> Any:
+            method = getattr(astore, name)
+
+            async def counting(*args: Any) -> Any:
+                calls.append(name)
+                return await method(*args)
+
+            return counting
+
+        with monkeypatch.context() as patched:
+            for name in ("akeys", "aread"):
+                patched.setattr(astore, name, counted(name))
+            seen: list[tuple[int, int]] = []
+            report = await aupgrade(astore, program.schema, progress=lambda done, total, _: seen.append((done, total)))
+        assert report.upgraded == {thread: 1} and report.failures == 0, report.failed
+        assert seen == [(1, 1)] and calls[:2] == ["akeys", "aread"]
+        assert (await astore.aread(thread)) != before
+        assert (await aupgrade(astore, program.schema)).current == [thread]  # twice changes nothing
+    graph = program.v2(TelarSaver(astore, schema=program.schema))
+    if way == "on-read":
+        await graph.aget_state(_config(thread))
+        assert (await astore.aread(thread)) == before  # a read writes nothing
+    results = await afeed(graph, thread, program.inputs[program.split :], program.config)
+    _assert_upgraded(astore, thread, program)
+    reference, expected = _reference(program)
+    assert results == expected
+    if program.runs is not None:
+        assert program.runs(thread) == program.runs(reference)
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))
