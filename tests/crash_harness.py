@@ -231,7 +231,8 @@ class CrashReport:
     kills: int = 0
     torn_tails: int = 0  # kills that left an unterminated last line (detected and dropped)
     checkpoints: int = 0  # acknowledged checkpoints, every one read back intact
-    writes: int = 0  # acknowledged put_writes calls, every one read back
+    writes: int = 0  # acknowledged put_writes calls, every one read back (but crash residue, below)
+    residue_dropped: int = 0  # acknowledged writes of a checkpoint never stored and since superseded, dropped by a rewrite
     resumes: int = 0  # writers that resumed from the last stored checkpoint
     threads: list[str] = field(default_factory=list)
 
@@ -241,6 +242,7 @@ class _Thread:
     acked: dict[str, str | None] = field(default_factory=dict)  # checkpoint id -> parent id
     writes: set[tuple[str, str]] = field(default_factory=set)  # (checkpoint id, task id)
     torn: str | None = None  # the torn tail the thread's last kill left, if any
+    residue: set[tuple[str, str]] = field(default_factory=set)  # acknowledged writes found dropped as crash residue
 
 
 class CrashRun:
@@ -351,8 +353,9 @@ class CrashRun:
         return entry.line.id if entry else None
 
     def check(self, thread: str, *, after_kill: bool) -> None:
-        """Every acknowledged checkpoint and write is stored and decodes; a torn tail is only the last
-        line; every line is format version 1 or 2."""
+        """Every acknowledged checkpoint and write is stored and decodes (a write of a checkpoint that
+        was never stored and is older than the latest may be gone: a crash's residue, see below); a
+        torn tail is only the last line; every line is format version 1 or 2."""
         from telar_checkpoint.codec import CheckpointCodec
         from telar_checkpoint.history import History
 
@@ -375,12 +378,23 @@ class CrashRun:
         for cid, parent in state.acked.items():
             assert cid in records, f"{thread}: acknowledged checkpoint {cid} lost"
             assert records[cid].parent_id == parent
+        head = history.latest("")
         for cid, task in state.writes:
             # Writes may be stored before their checkpoint (LangGraph's async durability); they are kept
             # apart ("orphans") until it comes, so they are found either way.
             held = [w.task_id for w in records[cid].writes] if cid in records else []
             held += [task_id for task_id, _ in history.orphans.get(("", cid), {})]
-            assert task in held, f"{thread}: writes of {task} on {cid} lost"
+            if task in held:
+                continue
+            # Unless the checkpoint never came: the writer was killed between LangGraph's put_writes and
+            # its put, and the next one moved on from the parent, so a newer checkpoint is stored. Those
+            # writes are a crash's residue, which no read can reach, and the next rewrite (after a torn
+            # tail, say) drops them by design (`History.crash_residue`): they may be missing, nothing else.
+            residue = cid not in records and head is not None and cid < head.line.id
+            assert residue, f"{thread}: writes of {task} on {cid} lost"
+            if (cid, task) not in state.residue:
+                state.residue.add((cid, task))
+                self.report.residue_dropped += 1
         for record in records.values():
             values = record.checkpoint["channel_values"]
             if self.mode.startswith("raw"):

@@ -16,8 +16,9 @@ append (a local copy of `Handle._write`), 200 kills in graph mode tear 117 tails
 harness fails on the first thread with the same message; patched, it passes, 105 residue writes dropped
 and every other acknowledged write kept.
 
-So nothing LangGraph can read was lost: the harness's check was wrong. These tests build that
-sequence with plain saver calls and run the harness's own check on it.
+So nothing LangGraph can read was lost: the harness's check was wrong, and now lets a crash's residue
+go (and nothing else). These tests build that sequence with plain saver calls and run the harness's
+own check on it.
 """
 
 from __future__ import annotations
@@ -96,13 +97,6 @@ def crash_residue_then_torn_tail(directory: Path, run: CrashRun, state: _Thread)
     run.check(THREAD, after_kill=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the kill harness requires an acknowledged write of a checkpoint that was never stored to "
-    "survive a rewrite, which drops such a crash's residue by design (History.crash_residue): "
-    "the loss RELIABILITY.md reports at 87d26a5 (fix: /tmp/lost_writes_fix.patch, tests/crash_harness.py)",
-)
 def test_a_crashs_residue_dropped_by_a_torn_tail_rewrite_is_not_a_lost_write(tmp_path: Path) -> None:
     directory = tmp_path / "store"
     run, state = harness(directory)
