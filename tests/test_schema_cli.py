@@ -411,6 +411,23 @@ def test_migrate_without_schema_keeps_version_1(capsys, tmp_path) -> None:
 # --- the library: progress -----------------------------------------------------------------------------------
 
 
+def test_progress_bar_only_when_asked_or_on_a_terminal(capsys, file_store) -> None:
+    """`schema upgrade` and `schema status` take `--progress`: off a terminal, the bar is drawn
+    once, when it closes, with every thread counted; without it, stderr stays empty."""
+    url, store = file_store
+    for thread in ("a", "b", "c"):
+        _paused_v1(TelarSaver(store), thread)
+    code, _, err = run(capsys, "schema", "status", url, "--schema", SPEC)
+    assert (code, err) == (0, "")
+    code, _, err = run(capsys, "schema", "status", url, "--schema", SPEC, "--progress")
+    assert code == 0 and err.startswith("reading threads ━") and err.endswith("━ 3/3\n") and "\x1b" not in err
+    code, _, err = run(capsys, "schema", "upgrade", url, "--schema", SPEC, "--dry-run", "--progress")
+    assert code == 0 and err.startswith("checking threads ━") and err.endswith("━ 3/3\n")
+    code, out, err = run(capsys, "schema", "upgrade", url, "--schema", SPEC, "--progress")
+    assert code == 0 and err.startswith("upgrading threads ━") and err.endswith("━ 3/3\n")
+    assert out.startswith("upgraded 3 threads") and version_of(store, "c") == 2
+
+
 def test_upgrade_reports_progress_per_thread() -> None:
     store = MemoryStore()
     for thread in ("a", "b", "c"):

@@ -240,7 +240,7 @@ def build_app(version: str) -> click.Group:
                           help="upgrade: show one thread before and after, and the counts; write nothing"),
              click.Option(["--backup"], metavar="DIR", help="upgrade: write each thread's stored text to DIR "
                           "(THREAD.vN.jsonl) before changing it")],
-            url=False, cls=_ActionCommand)
+            url=False, progress=True, cls=_ActionCommand)
     return app
 
 

@@ -28,7 +28,7 @@ def cmd_schema(args: types.SimpleNamespace) -> int:
 
 def _status(args: types.SimpleNamespace, schema: Schema) -> int:
     with opened(args.url) as store:
-        bar = ProgressBar("reading threads")
+        bar = ProgressBar("reading threads", force=args.progress)
         try:
             found = status(store, schema, progress=bar)
         finally:
@@ -57,7 +57,7 @@ def _status(args: types.SimpleNamespace, schema: Schema) -> int:
 
 def _upgrade(args: types.SimpleNamespace, schema: Schema) -> int:
     with opened(args.url) as store:
-        bar = ProgressBar("checking threads" if args.dry_run else "upgrading threads")
+        bar = ProgressBar("checking threads" if args.dry_run else "upgrading threads", force=args.progress)
         try:
             report = upgrade(store, schema, dry_run=args.dry_run, progress=bar, backup=args.backup)
         finally:
