@@ -21,8 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
 from benchmarks.contenders import Contender, Lab, open_contenders, server_problems
 from benchmarks.workloads import Settings, agent_loop, log
+from telar_checkpoint import TelarSaver
 from telar_checkpoint.parse_cache import ParseCache, VersionedHistories
 from telar_checkpoint.saver import WRITES_LINGER
 from telar_checkpoint.writer_locks import Lingers
@@ -52,11 +55,54 @@ def _parse_cache_off(contender: Contender) -> str:
     return "no parse cache"
 
 
+class Replicas(BaseCheckpointSaver[Any]):
+    """Two savers on one store that serve the invokes of a thread in turn, as two replicas of a
+    server behind a load balancer do: each invoke starts with `get_tuple`, which passes the turn.
+    Each replica then finds the thread moved on by the other (its kept history is stale), reads
+    the string, and parses it: whole, or with `ParseCache` only the lines the other appended."""
+
+    def __init__(self, first: TelarSaver, second: TelarSaver) -> None:
+        super().__init__(serde=first.serde)
+        self.replicas, self.turn = (first, second), 0
+
+    @property
+    def saver(self) -> TelarSaver:
+        return self.replicas[self.turn]
+
+    def get_tuple(self, config: Any) -> Any:
+        self.turn = 1 - self.turn
+        return self.saver.get_tuple(config)
+
+    def list(self, config: Any, **kwargs: Any) -> Any:
+        return self.saver.list(config, **kwargs)
+
+    def put(self, *args: Any) -> Any:
+        return self.saver.put(*args)
+
+    def put_writes(self, *args: Any) -> None:
+        self.saver.put_writes(*args)
+
+    def get_next_version(self, current: Any, channel: None = None) -> Any:
+        return self.saver.get_next_version(current, channel)
+
+
+def _parse_cache_off_replicas(contender: Contender) -> str:
+    """B: two replicas (`Replicas`) with no parse cache (`ParseCache`): the string each reads after
+    the other wrote is parsed whole, where A parses only the lines appended since its last read.
+    The case the cache is for; on a saver that writes a thread alone it is within noise (`parse-cache`)."""
+    assert isinstance(contender.saver, Replicas)
+    for replica in contender.saver.replicas:
+        replica._writer.parses = ParseCache(0)
+    return "two replicas, no parse cache"
+
+
 EXPERIMENTS: dict[str, Callable[[Contender], str]] = {
     "linger": _linger_switched,
     "versioned-histories": _versioned_histories_off,
     "parse-cache": _parse_cache_off,
+    "parse-cache-replicas": _parse_cache_off_replicas,
 }
+REPLICATED = {"parse-cache-replicas"}  # experiments whose A, A' and B are each two `Replicas`
 # Measured and removed, their results kept in results/ab.md: "lone-durable-append" (B: a lone
 # append left to `flush` for durability, as a batch is, instead of syncing itself as it writes,
 # RWF_DSYNC for a file, a FULL commit for SQLite): within noise on both.
@@ -69,6 +115,9 @@ def run_once(experiment: str, store: str, settings: Settings) -> dict[str, Any]:
         for lab, name in zip(labs, ("A", "A'", "B")):
             contender = open_contenders([f"Telar/{store}"], lab)[0]
             contender.name = name
+            if experiment in REPLICATED:
+                assert isinstance(contender.saver, TelarSaver) and contender.store is not None
+                contender.saver = Replicas(contender.saver, TelarSaver(contender.store))
             contenders.append(contender)
         change = EXPERIMENTS[experiment](contenders[2])
         loop = agent_loop(contenders, settings)
