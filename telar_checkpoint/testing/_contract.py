@@ -44,7 +44,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def needs(*capabilities: str) -> Callable[[F], F]:
-    """Collect the decorated test only in classes that declare every one of `capabilities`."""
+    """Collect the decorated test only in classes that declare every one of `capabilities`
+    (names from `CAPABILITIES`, the class attributes `StoreTests` declares them by)."""
+    unknown = set(capabilities) - set(CAPABILITIES)
+    if unknown:
+        raise ValueError(f"unknown store capabilities {sorted(unknown)}; known: {', '.join(CAPABILITIES)}")
 
     def mark(test: F) -> F:
         setattr(test, _NEEDS, capabilities)
