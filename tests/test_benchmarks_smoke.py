@@ -142,3 +142,24 @@ def test_ab_runs_an_experiment_with_its_control(tmp_path: Path) -> None:
             assert _number(run["noise"]) and _number(run["effect"])
         assert result["summary"]["verdict"] in ("as shipped", "switch", "noise")
     assert "## linger" in (tmp_path / "ab.md").read_text()
+
+
+def test_ab_replicas_serve_a_thread_in_turn(tmp_path: Path) -> None:
+    """`parse-cache-replicas`: each contender is two savers on one store, and the invokes of the
+    thread alternate between them (so each finds the thread moved on by the other)."""
+    from benchmarks import ab
+    from telar_checkpoint import TelarSaver
+    from telar_checkpoint.stores import MemoryStore
+
+    store = MemoryStore()
+    replicas = ab.Replicas(TelarSaver(store), TelarSaver(store))
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    served = []
+    for _ in range(4):
+        replicas.get_tuple(config)
+        served.append(replicas.saver)
+    assert served == [replicas.replicas[1], replicas.replicas[0]] * 2
+
+    ab.main(["parse-cache-replicas", "--stores", "memory", "--runs", "1", "--turns", "2", "--out", str(tmp_path)])
+    run = json.loads((tmp_path / "ab.json").read_text())["parse-cache-replicas"]["results"]["memory"]["runs"][0]
+    assert run["B"] == "two replicas, no parse cache" and _number(run["effect"])
