@@ -61,14 +61,15 @@ class CheckpointRecord:
         return self.checkpoint["id"]
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class PreparedRecord:
     """A record with what it holds encoded at once (`CheckpointCodec.prepare`).
 
     A saver takes turns with the other writers of a thread before it stores a put, and
     LangGraph goes on changing the objects of its state meanwhile (with async durability the
     next node runs while the put waits). Encoding when the put is given stores the value as
-    it was given, as LangGraph's own savers do."""
+    it was given, as LangGraph's own savers do. Nothing changes it once made (by convention:
+    not frozen, as a frozen dataclass's init costs twice as much, on every put)."""
 
     record: CheckpointRecord
     metadata: dict[str, Any]  # plain JSON

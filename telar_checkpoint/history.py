@@ -49,14 +49,15 @@ def is_call(ns: str) -> bool:
     return ":" in ns
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class Entry:
     """One stored checkpoint and its pending writes.
 
     `base` is the parent entry whose values the line builds on: the lists its `appended`
     channels extend, and the values it holds by reference (`is_same`).
-    Entries are shared between a history and its copies, so they are frozen: a change makes
-    a new entry (its `writes` dict is its own from then on, see `History._writes_for`).
+    Entries are shared between a history and its copies, so none is changed once made (by
+    convention: not a frozen dataclass, whose init costs twice as much on every put): a change
+    makes a new entry (its `writes` dict is its own from then on, see `History._writes_for`).
     `_full` and `_json` are memos of what its values resolve to, filled as they are read.
     """
 

@@ -5,6 +5,10 @@ it changes a copy and returns it with the edit that turns the string the history
 from into the string of the new one: `Append(lines)`, the common case, or `Rewrite(text)`.
 The codec applies edits to strings, the saver appends or rewrites in its store; neither
 knows the rules. Like a sans-IO protocol: values in, values out, no I/O.
+
+Edits and operations are values: nothing changes one once it is made. They are plain slotted
+dataclasses, not frozen ones, by convention only: a frozen dataclass's init costs twice as
+much, and a put makes several of them.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from telar_checkpoint.history import Entry, History, Key
 # --- edits: what an operation does to the stored string ---------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Append:
     """Add these lines at the end of the string (none: the string stays as it is)."""
 
@@ -29,7 +33,7 @@ class Append:
         return "".join(line + "\n" for line in self.lines)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Rewrite:
     """Replace the whole string with `text`."""
 
@@ -51,7 +55,7 @@ def edited(stored: str | None, edit: Edit) -> str:
 # --- operations ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Put:
     """Store a checkpoint line, with its tasks' writes (a `WritesLine` a task);
     `lists`: the JSON text of its list channels, kept for the next put to compare with;
@@ -63,28 +67,28 @@ class Put:
     max_history: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AddWrites:
     """Fold one task's pending writes into their checkpoint."""
 
     line: WritesLine
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Trim:
     """Keep the last `max_history` checkpoints of each namespace (and what they need)."""
 
     max_history: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Remove:
     """Remove these checkpoints on request: they read as absent afterwards."""
 
     keys: frozenset[Key]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class KeepLatest:
     """Keep the latest checkpoint of each namespace (and what it needs)."""
 

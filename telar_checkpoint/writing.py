@@ -15,6 +15,9 @@ delete_for_runs, prune, copy, migration, import, trim, repair, upgrade). `Writer
    (`update_versioned`, `Writer.applied`).
 4. An append to a store that defers durability is flushed after the turn (group commit).
 
+A change is a value, never changed once made (by convention: `PutCheckpoint` and `PutWrites`
+are not frozen dataclasses, whose init costs twice as much, on every write).
+
 Pending writes may wait for the put that follows them and be appended with its line in one
 store write (`Batch`, `Lingers`). The caches of parsed histories (`VersionedHistories` by the
 store's version, `ParseCache` by text) live here too: reads use them, writes keep them current.
@@ -44,7 +47,7 @@ _Lines = tuple[Hashable, History, str]  # what to append: the version it needs, 
 StringChange = Callable[[str | None], "str | None"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PutCheckpoint:
     """A put: its record with the values encoded when the put was given (`CheckpointCodec.prepare`),
     and the index `terms` of its metadata (None: the store keeps no index)."""
@@ -58,7 +61,7 @@ class PutCheckpoint:
         return self.codec.put_edit(history, self.prepared, self.max_history)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PutWrites:
     """One task's pending writes, their values encoded when they were given: the `WritesLine`
     that is stored (or the part of it that changes something)."""
