@@ -1,0 +1,231 @@
+"""The compiled encoder of a pydantic model (`_encode._model_encoder`) writes exactly what the
+rule says, on its quick path (no field with a default other than None set, those fields at
+their defaults, no extra fields) and off it.
+
+The rule: a field is left out when it was never set and still holds its simple default, of the
+default's exact type (`_model_plan`); any other field is written as `to_jsonable` writes its
+value. `reference` below is that rule written plainly; every case compares the encoder's text
+with it byte for byte, and reads the value back exactly where a value can be read back exactly.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import OrderedDict, defaultdict
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+import pydantic
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage, ToolMessage
+from pydantic_core import PydanticUndefined
+
+from telar_checkpoint import JsonSerializer
+from telar_checkpoint.serializer._encode import to_jsonable
+from telar_checkpoint.serializer._registry import class_name
+from tests.test_serializer import assert_same
+
+
+class Tone(enum.Enum):
+    CALM = "calm"
+    LOUD = "loud"
+
+
+class Defaults(pydantic.BaseModel):
+    """A default of each kind the encoder tells apart."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    text: str
+    label: str = "plain"
+    count: int = 0
+    ratio: float = math.nan
+    flag: bool = False
+    pair: tuple[Any, ...] = ()
+    tone: Tone = Tone.CALM
+    note: Any = None
+    items: list[Any] = pydantic.Field(default_factory=list)
+    meta: dict[str, Any] = pydantic.Field(default_factory=dict)
+    tags: set[str] = pydantic.Field(default_factory=set)
+
+
+class StrSub(str):
+    pass
+
+
+class ListSub(list):  # type: ignore[type-arg]
+    pass
+
+
+def reference(obj: pydantic.BaseModel) -> Any:
+    """The stored form of `obj`, by the rule, one field at a time."""
+    fields = {}
+    for name, field in type(obj).model_fields.items():
+        value = obj.__dict__[name]
+        default: Any = PydanticUndefined
+        if field.default_factory is None:
+            default = field.default
+        elif field.default_factory in (list, dict):
+            default = field.default_factory()  # type: ignore[call-arg]
+        unset = name not in obj.__pydantic_fields_set__
+        if default is not PydanticUndefined and unset and type(value) is type(default) and value == default:
+            continue
+        fields[name] = to_jsonable(value)
+    for name, value in (obj.__pydantic_extra__ or {}).items():
+        fields[name] = to_jsonable(value)
+    return {"$model": {"class": class_name(type(obj)), "fields": fields}}
+
+
+def check(obj: pydantic.BaseModel, *, reads_back: bool = True) -> dict[str, Any]:
+    """The encoder's text is the rule's; the value reads back exactly (types, fields set: those
+    given and those stored)."""
+    got = to_jsonable(obj)
+    assert orjson.dumps(got) == orjson.dumps(reference(obj))
+    assert orjson.dumps(to_jsonable([obj, obj])) == orjson.dumps([reference(obj)] * 2)  # in a list
+    assert orjson.dumps(to_jsonable({"m": obj})) == orjson.dumps({"m": reference(obj)})  # in a dict
+    if reads_back:
+        serde = JsonSerializer(allowed_classes=[Defaults])
+        back = serde.loads_typed(serde.dumps_typed(obj))
+        assert_same(obj, back)
+        # a default edited in place is stored, and so reads back as set
+        assert back.model_fields_set == obj.model_fields_set | set(got["$model"]["fields"])
+    return got["$model"]["fields"]  # type: ignore[no-any-return]
+
+
+def test_a_plain_message_keeps_only_what_was_given() -> None:
+    assert check(AIMessage(content="hi", id="a-1")) == {"content": "hi", "id": "a-1"}
+    assert check(HumanMessage(content="hi")) == {"content": "hi"}
+
+
+def test_a_default_list_or_dict_edited_in_place_is_stored_with_its_edit() -> None:
+    message = AIMessage(content="hi", id="a-1")
+    assert check(message) == {"content": "hi", "id": "a-1"}  # the encoder has seen it once
+    message.tool_calls.append({"name": "search", "args": {"q": "x"}, "id": "call-1", "type": "tool_call"})
+    assert check(message)["tool_calls"][0]["id"] == "call-1"
+    message.additional_kwargs["refusal"] = None
+    assert check(message)["additional_kwargs"] == {"refusal": None}
+    message.response_metadata["model_name"] = "m"
+    message.invalid_tool_calls.append({"name": None, "args": "{", "id": None, "error": None, "type": "invalid_tool_call"})
+    fields = check(message)
+    assert list(fields) == ["content", "additional_kwargs", "response_metadata", "id", "tool_calls", "invalid_tool_calls"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        (1, "a"), (), b"\x00\xff", bytearray(b"ab"), datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+        StrSub("sub"), 2**70, -(2**64), math.nan, math.inf, "\x00", "a\ud800b", "é\x00", {"$tuple": 1},
+        {1: "int key"}, OrderedDict(a=1), defaultdict(list, a=[1]), {"nested": [(1, 2), {3}]}, Tone.LOUD,
+    ],
+    ids=repr,
+)
+def test_additional_kwargs_holding_any_value_read_back_exactly(value: Any) -> None:
+    reads_back = type(value) is not StrSub  # a str subclass is stored as str, as LangGraph does
+    message = AIMessage(content="hi", id="a-1", additional_kwargs={"v": value})
+    check(message, reads_back=reads_back)
+    message = AIMessage(content="hi", id="a-1")
+    message.additional_kwargs["v"] = value  # in place: the field is still unset
+    check(message, reads_back=reads_back)
+    check(HumanMessage(content=[{"type": "text", "text": "x", "v": value}], id="h"), reads_back=reads_back)
+
+
+@pytest.mark.parametrize("content", ["\x00", "a\ud800", "ünïcode", "", ["part", {"type": "text", "text": "\x00"}]], ids=repr)
+def test_content_and_id_that_need_a_tag(content: Any) -> None:
+    check(AIMessage(content=content, id="a-1"))
+    check(AIMessage(content="x", id=content if isinstance(content, str) else "i"))
+
+
+def test_a_field_set_to_its_default_is_stored() -> None:
+    assert check(AIMessage(content="hi", type="ai")) == {"content": "hi", "type": "ai"}
+    assert check(AIMessage(content="hi", name=None, id=None)) == {"content": "hi", "name": None, "id": None}
+    assert check(AIMessage(content="hi", tool_calls=[])) == {"content": "hi", "tool_calls": []}
+    message = HumanMessage(content="hi")
+    message.id = None  # an assignment sets the field, even to its default
+    assert check(message) == {"content": "hi", "id": None}
+
+
+def test_extra_fields_are_stored_after_the_fields() -> None:
+    message = AIMessage(content="hi", id="a-1", zz=(1, 2), big=2**80)
+    assert list(check(message)) == ["content", "id", "zz", "big"]
+    assert list(check(Defaults(text="t", extra_one=b"x"))) == ["text", "ratio", "tags", "extra_one"]
+
+
+def test_values_set_around_pydantic_are_stored_as_they_are() -> None:
+    """Unset fields holding a value of another type than their default's, equal to it or not
+    (model_construct with a smaller _fields_set, or __dict__ written directly)."""
+    odd = AIMessage.model_construct(
+        _fields_set={"content"}, content="hi", additional_kwargs=OrderedDict(), response_metadata=defaultdict(list),
+        type=StrSub("ai"), name=None, id=None, tool_calls=ListSub(), invalid_tool_calls=(), usage_metadata=None,
+    )  # fmt: skip
+    fields = check(odd, reads_back=False)
+    assert list(fields) == ["content", "additional_kwargs", "response_metadata", "type", "tool_calls", "invalid_tool_calls"]
+    message = HumanMessage(content="hi", id="h")
+    message.__dict__["name"] = "bypass"
+    assert check(message, reads_back=False)["name"] == "bypass"
+    message = HumanMessage(content="hi", id="h")
+    message.__dict__["type"] = "other"
+    assert check(message, reads_back=False)["type"] == "other"
+
+
+def test_every_kind_of_default() -> None:
+    # NaN is never equal to itself, so always stored; a set factory is not a simple default
+    assert check(Defaults(text="t")) == {"text": "t", "ratio": {"$float": "nan"}, "tags": {"$set": []}}
+    given = Defaults(text="t", label="plain", count=0, flag=False, pair=(), tone=Tone.CALM, note=None, items=[], meta={})
+    assert list(check(given)) == [name for name in Defaults.model_fields]
+    edited = Defaults(text="t")
+    edited.items.append(())
+    edited.meta["k"] = b"v"
+    assert list(check(edited)) == ["text", "ratio", "items", "meta", "tags"]
+    other = Defaults.model_construct(_fields_set={"text"}, text="t", label=StrSub("plain"), count=False, flag=0, pair=[],
+                                     tone="calm", note=0, items=(), meta=OrderedDict())  # fmt: skip
+    assert list(check(other, reads_back=False)) == [name for name in Defaults.model_fields]
+
+
+def test_other_message_classes() -> None:
+    check(ToolMessage(content="42", tool_call_id="call-1", id="t-1"))
+    check(ToolMessage(content="42", tool_call_id="call-1", artifact={"raw": (1, 2)}, status="error"))
+    check(SystemMessage(content="be brief"))
+    check(AIMessageChunk(content="par", id="c-1", tool_call_chunks=[{"name": "f", "args": "{", "id": "1", "index": 0}]))
+
+
+# --- any mix of set, unset, edited and odd fields ---
+
+ODD = st.sampled_from(
+    [(), (1,), b"b", 2**70, math.nan, "\x00", "\ud800", StrSub("s"), OrderedDict(), ListSub(), 0, False, "ai"]
+)
+LEAF = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5), ODD)
+VALUE = st.recursive(
+    LEAF,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+    max_leaves=6,
+)
+FIELDS = ["additional_kwargs", "response_metadata", "type", "name", "id", "tool_calls", "invalid_tool_calls", "usage_metadata"]
+# per field: leave it, set it through pydantic, edit its default in place, or write __dict__
+ACTION = st.one_of(st.just(("leave", None)), st.tuples(st.sampled_from(["set", "edit", "bypass"]), VALUE))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    content=st.one_of(st.text(max_size=8), st.lists(st.text(max_size=3), max_size=2)),
+    actions=st.lists(ACTION, min_size=len(FIELDS), max_size=len(FIELDS)),
+    extra=st.booleans(),
+)
+def test_any_mix_is_stored_by_the_rule(content: Any, actions: list[tuple[str, Any]], extra: bool) -> None:
+    message = AIMessage(content=content, id="a", **({"zz": 1} if extra else {}))
+    for field, (action, value) in zip(FIELDS, actions):
+        current = message.__dict__[field]
+        if action == "set":
+            object.__setattr__(message, "__pydantic_fields_set__", message.__pydantic_fields_set__ | {field})
+            message.__dict__[field] = value
+        elif action == "edit" and type(current) is list:
+            current.append(value)
+        elif action == "edit" and type(current) is dict:
+            current["k"] = value
+        elif action == "bypass":
+            message.__dict__[field] = value
+    assert orjson.dumps(to_jsonable(message)) == orjson.dumps(reference(message))
+    assert orjson.dumps(to_jsonable([message])) == orjson.dumps([reference(message)])
