@@ -2,6 +2,8 @@
 
     python -m benchmarks.schema_upgrade                        # 1,000, 3,000 and 10,000 threads, file and SQLite
     python -m benchmarks.schema_upgrade --sizes 500,2000 --stores file --backup
+    python -m benchmarks.schema_upgrade --stores memory,postgres,redis,redis-cluster
+    python -m benchmarks.schema_upgrade --stores file --dir /dev/shm  # the file store on a tmpfs
 
 Each store is filled with copies of one thread that graph version 1 of tests/schema_graphs.py
 left paused in its interrupt (3 checkpoints, 7 pending writes, about 2.4 KB; written with fsync
@@ -64,35 +66,69 @@ def file_system(path: Path) -> str:
         return "unknown"
 
 
+KINDS = ("memory", "file", "sqlite", "postgres", "redis", "redis-cluster")
+
+
 def open_store(kind: str, where: Path, *, fsync: bool) -> Store:
+    """The store of `kind` for the size measured in `where` (a server store: in a schema or under
+    a key prefix named after it, made empty; the test servers of tests/stores.py)."""
+    tag = f"telar_bench_{where.name.replace('-', '_')}_{os.getpid()}"
     if kind == "file":
         return FileStore(where / "threads", fsync=fsync)
     if kind == "sqlite":
         return SQLiteStore(where / "threads.db", fsync=fsync)
-    raise ValueError(f"unknown store kind {kind!r} (file, sqlite)")
+    if kind == "postgres":
+        from telar_checkpoint.stores.postgres import PostgresStore
+        from tests.stores import POSTGRES_URL
+
+        return PostgresStore(POSTGRES_URL, schema=tag, application_name=tag)
+    if kind in ("redis", "redis-cluster"):
+        from telar_checkpoint.stores.redis import RedisStore
+        from tests.stores import REDIS_CLUSTER_URL, REDIS_URL
+
+        return RedisStore(REDIS_CLUSTER_URL if kind == "redis-cluster" else REDIS_URL, prefix=f"{tag}:", client_name=tag)
+    raise ValueError(f"unknown store kind {kind!r} ({', '.join(KINDS)})")
 
 
-def fill(kind: str, where: Path, threads: int, text: str) -> None:
-    store = open_store(kind, where, fsync=False)
-    try:
-        for i in range(threads):
-            store.write(f"thread-{i:06d}", text)
-    finally:
-        store.close()
+def drop_store(kind: str, where: Path) -> None:
+    """Remove what a server store of `kind` made for `where` (a file or SQLite store is in `where`)."""
+    tag = f"telar_bench_{where.name.replace('-', '_')}_{os.getpid()}"
+    if kind == "postgres":
+        from tests.stores import postgres_admin
+
+        postgres_admin(f'DROP SCHEMA IF EXISTS "{tag}" CASCADE')
+    elif kind in ("redis", "redis-cluster"):
+        from tests.stores import redis_delete_prefix
+
+        redis_delete_prefix(f"{tag}:", cluster=kind == "redis-cluster")
+
+
+def fill(kind: str, where: Path, threads: int, text: str) -> Store | None:
+    """`threads` copies of `text`; the store itself for a memory store (nothing else holds it)."""
+    store = MemoryStore() if kind == "memory" else open_store(kind, where, fsync=False)
+    for i in range(threads):
+        store.write(f"thread-{i:06d}", text)
+    if kind == "memory":
+        return store
+    store.close()
+    return None
 
 
 def measure(kind: str, where: Path, threads: int, text: str, *, backup: bool = False) -> dict[str, Any]:
     from telar_checkpoint.schema import upgrade
     from tests.schema_graphs import SCHEMA
 
-    fill(kind, where, threads, text)
-    store = open_store(kind, where, fsync=True)
+    drop_store(kind, where)
     try:
-        start = time.perf_counter()
-        report = upgrade(store, SCHEMA, backup=where / "backups" if backup else None)
-        seconds = time.perf_counter() - start
+        store = fill(kind, where, threads, text) or open_store(kind, where, fsync=True)
+        try:
+            start = time.perf_counter()
+            report = upgrade(store, SCHEMA, backup=where / "backups" if backup else None)
+            seconds = time.perf_counter() - start
+        finally:
+            store.close()
     finally:
-        store.close()
+        drop_store(kind, where)
     assert len(report.upgraded) == threads and not report.failed, (len(report.upgraded), report.failed)
     return {"store": kind, "threads": threads, "seconds": seconds, "us_per_thread": seconds / threads * 1e6}
 
@@ -110,7 +146,7 @@ def run_sizes(kinds: list[str], sizes: list[int], base: Path, *, backup: bool = 
             row["vs_smallest"] = row["us_per_thread"] / first
             rows.append(row)
             if echo:
-                print(f"{kind:7} {threads:>7,} threads  {row['seconds']:8.2f} s  {row['us_per_thread']:8.0f} µs/thread  "
+                print(f"{kind:13} {threads:>7,} threads  {row['seconds']:8.2f} s  {row['us_per_thread']:8.0f} µs/thread  "
                       f"x{row['vs_smallest']:.2f} per thread vs {sizes[0]:,}", flush=True)
     return rows
 
@@ -118,7 +154,8 @@ def run_sizes(kinds: list[str], sizes: list[int], base: Path, *, backup: bool = 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,3000,10000", help="thread counts, comma-separated")
-    parser.add_argument("--stores", default="file,sqlite", help="file, sqlite (comma-separated)")
+    parser.add_argument("--stores", default="file,sqlite", help=f"{', '.join(KINDS)} (comma-separated; the servers "
+                        "are the test suite's, tests/stores.py)")
     parser.add_argument("--backup", action="store_true", help="also write each thread's old text to a backup directory")
     parser.add_argument("--dir", default=None, help="where to make the stores (default: a temporary directory)")
     args = parser.parse_args()
