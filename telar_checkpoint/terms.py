@@ -42,10 +42,32 @@ def _value_text(value: Any) -> str | None:
     return None
 
 
+# The terms of (key, value) pairs already seen, for values whose equal values all have one term:
+# strings, ints and bools (1 and True share a term, and a dict key). Not floats: -0.0 equals 0.0
+# and has a term of its own. Bounded: emptied when full.
+_MEMO: dict[tuple[str, str | int], str | None] = {}
+_MEMO_SIZE = 4096
+_MEMO_TYPES = (str, int, bool)
+
+
 def metadata_term(key: str, value: Any) -> str | None:
     """The term of `key` holding `value`, or None when no term stands for it."""
     if key in UNINDEXED_KEYS:
         return None
+    if type(value) not in _MEMO_TYPES:
+        return _term(key, value)
+    memo_key = (key, value)
+    try:
+        return _MEMO[memo_key]
+    except KeyError:
+        pass
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    term = _MEMO[memo_key] = _term(key, value)
+    return term
+
+
+def _term(key: str, value: Any) -> str | None:
     text = _value_text(value)
     return None if text is None else _bounded("meta:" + orjson.dumps([key, text]).decode())
 
