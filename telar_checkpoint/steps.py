@@ -28,7 +28,10 @@ class Call(NamedTuple):
 
 def call(sync: Callable[P, R], async_: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs) -> Call:
     """The call of `sync` (run sync) or `async_` (run async), with the same arguments."""
-    return Call(sync, async_, args, kwargs)
+    return _new_tuple(Call, (sync, async_, args, kwargs))  # `Call(...)` less its `__new__` (every write makes one)
+
+
+_new_tuple = tuple.__new__
 
 
 class Emit(NamedTuple):
@@ -43,11 +46,28 @@ Stream = Generator["Call | Emit", Any, None]
 
 def run(steps: Steps[R]) -> R:
     """Run an operation, making each call it asks for; its result. A call's error is raised
-    inside the operation, where it may handle it."""
-    done: list[R] = []
-    for _ in stream(_returning(steps, done)):
-        pass
-    return done[0]
+    inside the operation, where it may handle it. (`stream` for an operation that emits nothing,
+    driven directly: every write runs one, and one generator less costs a third of the driver.)"""
+    reply: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                step = steps.throw(error) if error is not None else steps.send(reply)
+            except StopIteration as stop:
+                result: R = stop.value
+                return result
+            reply, error = (None, None) if isinstance(step, Emit) else _made(step)  # what it emits goes unread
+    finally:
+        steps.close()
+
+
+def _made(step: Call) -> tuple[Any, BaseException | None]:
+    """The result of the sync call `step`, or the error it raised."""
+    try:
+        return step.sync(*step.args, **step.kwargs), None
+    except BaseException as exc:
+        return None, exc
 
 
 async def arun(steps: Steps[R]) -> R:
@@ -78,10 +98,7 @@ def stream(steps: Stream) -> Iterator[Any]:
                 reply, error = None, None
                 yield step.value
                 continue
-            try:
-                reply, error = step.sync(*step.args, **step.kwargs), None
-            except BaseException as exc:
-                reply, error = None, exc
+            reply, error = _made(step)
     finally:
         steps.close()
 
