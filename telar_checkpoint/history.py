@@ -225,9 +225,16 @@ class History:
         other = object.__new__(type(self))
         other.__dict__.update(self.__dict__)
         other.entries = self.entries.copy()
-        other.orphans = {k: dict(v) for k, v in self.orphans.items()}
-        other.dropped = {ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted), d.schema) for ns, d in self.dropped.items()}
-        other._latest, other._calls, other._awaited = dict(self._latest), set(self._calls), set(self._awaited)
+        # (Most threads hold no orphan writes, dropped records, calls or awaited parents: a new
+        # empty container is cheaper than a copy of one.)
+        other.orphans = {k: dict(v) for k, v in self.orphans.items()} if self.orphans else {}
+        other.dropped = (
+            {ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted), d.schema) for ns, d in self.dropped.items()}
+            if self.dropped else {}
+        )
+        other._latest = self._latest.copy()
+        other._calls = set(self._calls) if self._calls else set()
+        other._awaited = set(self._awaited) if self._awaited else set()
         other._below = None
         return other
 
@@ -332,10 +339,11 @@ class History:
     def _add_line(self, line: CheckpointLine, number: int | None = None) -> None:
         key = (line.ns, line.id)
         old = self.entries.get(key)
+        parent = self.entries.get((line.ns, line.parent)) if line.parent is not None else None
         base = None
         repeated = [ch for ch, value in line.values.items() if is_same(value)]
         if line.appended or repeated:
-            base = self.entries.get((line.ns, line.parent)) if line.parent else None
+            base = parent if line.parent else None
             if base is None:
                 raise CorruptLineError(
                     f"builds on the values of checkpoint {line.parent}, which is not stored before it",
@@ -353,7 +361,7 @@ class History:
                         f"repeats channel {channel!r} of checkpoint {line.parent}, which holds no value there",
                         thread_id=self.thread_id, line=number,
                     )
-        if line.parent is not None and (line.ns, line.parent) not in self.entries:
+        if line.parent is not None and parent is None:
             self._awaited.add((line.ns, line.parent))
         self._awaited.discard(key)
         if old is None:
@@ -399,13 +407,13 @@ class History:
 
     def latest(self, ns: str) -> Entry | None:
         cid = self._latest.get(ns)
-        if cid is None or (ns, cid) not in self.entries:
+        entry = self.entries.get((ns, cid)) if cid is not None else None
+        if entry is None:
             entry = max(self.in_ns(ns), key=lambda e: e.line.id, default=None)
             if entry is None:
                 return None
             self._latest[ns] = entry.line.id
-            return entry
-        return self.entries[(ns, cid)]
+        return entry
 
     def get(self, ns: str, cid: str) -> Entry | None:
         return self.entries.get((ns, cid))
@@ -699,7 +707,7 @@ class History:
     def count_appended(self, lines: list[str]) -> None:
         """Count `lines`, appended to the string this history stands for."""
         self.line_count += len(lines)
-        self.size += sum(len(line) + 1 for line in lines)
+        self.size += sum(map(len, lines)) + len(lines)  # each with its newline
 
     def _apply_floor(self, ns: str) -> None:
         """A `dropped` line read after checkpoint lines: what it says is trimmed goes (the

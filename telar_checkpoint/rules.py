@@ -30,7 +30,8 @@ class Append:
 
     @property
     def text(self) -> str:
-        return "".join(line + "\n" for line in self.lines)
+        """The lines, each followed by a newline."""
+        return "\n".join(self.lines) + "\n" if self.lines else ""
 
 
 @dataclass(slots=True)
@@ -128,7 +129,7 @@ def _appended(history: History, lines: list[str]) -> Append:
 def _put(history: History, put: Put, keep: bool) -> Edit:
     line = put.line
     rewrite = history.put(line, put.writes, keep_finished_calls=keep)
-    entry: Entry | None = history.get(line.ns, line.id)
+    entry: Entry | None = history.entries.get((line.ns, line.id))
     if entry is not None and entry.line is line and put.lists:
         entry.keep_list_json(put.lists)
     if rewrite or history.must_rewrite:
