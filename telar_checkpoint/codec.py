@@ -21,6 +21,7 @@ from telar_checkpoint._compat import writes_sort_key
 from telar_checkpoint.compaction import MAX_CHAIN
 from telar_checkpoint.errors import CheckpointDroppedError, UsageError
 from telar_checkpoint.format import (
+    OWN_CHECKPOINT_FIELDS,
     PLAIN_CHECKPOINT_KEYS,
     SAME,
     CheckpointLine,
@@ -95,15 +96,15 @@ class CheckpointCodec:
         """`record` with its metadata, writes, other fields and the values of the `changed`
         channels (all when None) encoded now; the other channels hold their parent's value
         (LangGraph passes the channels it changed as `new_versions`)."""
-        cp = record.checkpoint
+        cp, encode = record.checkpoint, self.values.encode
         channel_values = cp.get("channel_values", {})
         wanted = channel_values.keys() if changed is None else [ch for ch in changed if ch in channel_values]
         return PreparedRecord(
             record,
             plain_metadata(dict(record.metadata)),
-            {k: self.values.encode(v) for k, v in cp.items() if k not in PLAIN_CHECKPOINT_KEYS and k not in ("id", "channel_values")},
-            {ch: self.values.encode(channel_values[ch]) for ch in wanted},
-            self._writes_of(record),
+            {k: encode(v) for k, v in cp.items() if k not in OWN_CHECKPOINT_FIELDS},
+            {ch: encode(channel_values[ch]) for ch in wanted},
+            self._writes_of(record) if record.writes else [],
         )
 
     def _line(self, prepared: PreparedRecord, history: History | None = None) -> tuple[CheckpointLine, dict[str, bytes]]:

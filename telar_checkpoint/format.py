@@ -36,7 +36,7 @@ MAX_FIELD_DEPTH = 200
 # Plain fields of a LangGraph checkpoint kept as they are; others go to "extra".
 PLAIN_CHECKPOINT_KEYS = ("v", "ts", "channel_versions", "versions_seen", "updated_channels")
 # The checkpoint fields a line holds in fields of its own: "extra" never holds them.
-_OWN_CHECKPOINT_FIELDS = frozenset({*PLAIN_CHECKPOINT_KEYS, "id", "channel_values"})
+OWN_CHECKPOINT_FIELDS = frozenset({*PLAIN_CHECKPOINT_KEYS, "id", "channel_values"})
 
 
 @dataclass(slots=True)
@@ -168,7 +168,7 @@ def write_writes(line: WritesLine) -> str:
     doc["checkpoint"] = line.checkpoint_id
     doc["task"] = line.task_id
     doc["path"] = line.task_path
-    doc["writes"] = [list(w) for w in line.writes]
+    doc["writes"] = line.writes  # (idx, channel, value) tuples: orjson writes a tuple as an array
     return _dumps(doc)
 
 
@@ -244,7 +244,7 @@ def _read_checkpoint(f: _Fields, ns: str) -> CheckpointLine:
         if _depth(value) > MAX_FIELD_DEPTH:
             raise f.fail(f"field {name!r} is nested more than {MAX_FIELD_DEPTH} levels deep")
     extra = f.get("extra", dict, optional=True) or {}
-    if overriding := extra.keys() & _OWN_CHECKPOINT_FIELDS:
+    if overriding := extra.keys() & OWN_CHECKPOINT_FIELDS:
         raise f.fail(f"field 'extra' holds {min(overriding)!r}, a checkpoint field the line holds itself")
     values = f.get("values", dict)
     appended = f.get("appended", dict, optional=True) or {}
