@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import math
+import warnings
 from collections import OrderedDict, defaultdict
 from datetime import datetime, timezone
 from typing import Any
@@ -229,3 +230,46 @@ def test_any_mix_is_stored_by_the_rule(content: Any, actions: list[tuple[str, An
             message.__dict__[field] = value
     assert orjson.dumps(to_jsonable(message)) == orjson.dumps(reference(message))
     assert orjson.dumps(to_jsonable([message])) == orjson.dumps([reference(message)])
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # pydantic warns of the shadowed attribute, and allows it
+
+    class Shadowing(pydantic.BaseModel):
+        """A field named like a BaseModel attribute."""
+
+        text: str = "x"
+        json: str | None = None  # type: ignore[assignment]
+
+
+class Overridden(pydantic.BaseModel):
+    """Reading an attribute gives its default, whatever the stored value."""
+
+    text: str = "x"
+    tags: list[str] = pydantic.Field(default_factory=list)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "text":
+            return "x"
+        if name == "tags":
+            return []
+        return super().__getattribute__(name)
+
+
+def test_fields_are_read_from_the_instance_dict_whatever_the_class_does() -> None:
+    assert check(Shadowing(text="t", json="j"), reads_back=False) == {"text": "t", "json": "j"}
+    assert check(Shadowing(), reads_back=False) == {}
+    shadowing = Shadowing()
+    shadowing.__dict__["json"] = "edited"
+    assert check(shadowing, reads_back=False) == {"json": "edited"}
+    overridden = Overridden()
+    overridden.__dict__["tags"].append("a")
+    overridden.__dict__["text"] = "t"
+    assert check(overridden, reads_back=False) == {"text": "t", "tags": ["a"]}
+
+
+def test_a_model_missing_a_field_is_refused_as_before() -> None:
+    with pytest.raises(KeyError):
+        to_jsonable(HumanMessage.model_construct(id="h"))  # no content
+    with pytest.raises(KeyError):
+        to_jsonable(Defaults.model_construct(label="x"))  # no text
