@@ -5,7 +5,8 @@ usage metadata, tool results, and AI answers of about 500 bytes. Each round
 times dumps_typed + loads_typed of the whole state for both serializers,
 interleaved (A B A B ...) in one process so drift hits both alike. Prints the
 medians and their ratio (and the fastest rounds, less disturbed on a busy
-machine) and writes them to benchmarks/results/serde.json.
+machine) and writes them to benchmarks/results/serde.json; and the encoding alone, per
+message (`to_jsonable` + `orjson.dumps` of a message list, as a put does on the list channel).
 
     python benchmarks/bench_serde.py [--rounds 200]
 """
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
@@ -85,6 +87,30 @@ def time_round_trip(serde: Any, state: dict[str, Any]) -> tuple[float, float, in
     return middle - start, end - middle, len(typed[1])
 
 
+def plain_chat(n_messages: int = 1000) -> list[Any]:
+    """The long chat of the micro benchmarks (`benchmarks.workloads.chat_message`): content and id only."""
+    return [
+        (HumanMessage if i % 2 == 0 else AIMessage)(
+            content=f"Message {i}: a sentence of ordinary length, about the weather and the trains.", id=f"chat-{i:06d}"
+        )
+        for i in range(n_messages)
+    ]
+
+
+def encode_per_message(rounds: int) -> dict[str, float]:
+    """Median µs per message of JsonSerializer.to_jsonable + orjson.dumps of a message list, the
+    work of a put on the list channel: the plain chat, and the agent state's messages."""
+    serde = JsonSerializer()
+    lists = {"plain chat": plain_chat(), "agent messages": agent_state()["messages"]}
+    samples: dict[str, list[float]] = {name: [] for name in lists}
+    for _ in range(rounds):
+        for name, messages in lists.items():  # interleaved
+            start = time.perf_counter()
+            orjson.dumps(serde.to_jsonable(messages))
+            samples[name].append((time.perf_counter() - start) / len(messages))
+    return {name: round(statistics.median(v) * 1e6, 3) for name, v in samples.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
@@ -120,6 +146,8 @@ def main() -> None:
             p: round(min(times["JsonSerializer"][p]) / min(times["JsonPlusSerializer"][p]), 3) for p in phases
         },
         "bytes": sizes,
+        # to_jsonable + orjson.dumps of a message list, median µs per message
+        "encode_us_per_message": encode_per_message(max(args.rounds // 4, 10)),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
@@ -132,6 +160,7 @@ def main() -> None:
     print(f"fastest rounds: {result['min_ms']}; ratio of mins {result['ratio_of_mins']}")
     print(f"ratio JsonSerializer / JsonPlusSerializer = {ratio:.3f} (below 1 is faster; "
           f"dumps {ratios['dumps']:.3f}, loads {ratios['loads']:.3f})")
+    print(f"JsonSerializer.to_jsonable + orjson.dumps, µs per message: {result['encode_us_per_message']}")
 
 
 if __name__ == "__main__":
