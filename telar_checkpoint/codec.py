@@ -112,7 +112,7 @@ class CheckpointCodec:
         added; and the JSON text of the whole lists compared on the way (`Entry.take_list_json`)."""
         record = prepared.record
         cp = record.checkpoint
-        parent = history.get(record.checkpoint_ns, record.parent_id) if history and record.parent_id else None
+        parent = history.entries.get((record.checkpoint_ns, record.parent_id)) if history and record.parent_id else None
         plain = {k: cp[k] for k in PLAIN_CHECKPOINT_KEYS if k in cp}  # type: ignore[literal-required]  # Checkpoint keys, named in a tuple
         values, appended, lists = self._values(cp.get("channel_values", {}), prepared.values, plain.get("channel_versions") or {}, parent)
         # ns, id, parent, metadata, checkpoint, extra, values, appended (by position: keywords

@@ -84,9 +84,8 @@ class VersionedHistories(_Recent):
         cached = self._get(thread_id) if version is not None else None
         return cached[1] if cached is not None and cached[0] == version else None
 
-    def latest(self, thread_id: str) -> tuple[Hashable, History] | None:
-        """The last (version, history) kept for the thread, current or not."""
-        return self._get(thread_id)
+    latest = _Recent._get
+    """The last (version, history) kept for the thread, current or not (on every write: no layer of its own)."""
 
     def keep(self, thread_id: str, version: Hashable | None, history: History) -> None:
         if version is not None:

@@ -70,7 +70,7 @@ class WriterLocks:
         """The turns sync writers of `thread_id` take (``with``) while they write."""
         if self._pid != _pid:  # forked: the parent's turns (and what held them) are not ours
             self._reset()
-        return self._sync[stripe(thread_id, len(self._sync))]
+        return self._sync[hash(thread_id) % len(self._sync)]  # (`stripe`, inline: on every write)
 
     def async_(self, thread_id: str) -> AsyncTurns:
         """The turns async writers of `thread_id` in the running event loop take (``async with``)."""
