@@ -26,7 +26,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, Sys
 from pydantic_core import PydanticUndefined
 
 from telar_checkpoint import JsonSerializer
-from telar_checkpoint.serializer._encode import to_jsonable
+from telar_checkpoint.serializer._encode import _model_encoder, to_jsonable
 from telar_checkpoint.serializer._registry import class_name
 from tests.test_serializer import assert_same
 
@@ -230,6 +230,34 @@ def test_any_mix_is_stored_by_the_rule(content: Any, actions: list[tuple[str, An
             message.__dict__[field] = value
     assert orjson.dumps(to_jsonable(message)) == orjson.dumps(reference(message))
     assert orjson.dumps(to_jsonable([message])) == orjson.dumps([reference(message)])
+    for encode in SHAPED:  # an encoder made for the fields set of another first instance
+        assert orjson.dumps(encode(message)) == orjson.dumps(reference(message))
+
+
+# The first instance of a class the encoder sees gives the fields set of its quickest path.
+SHAPES = [{"content"}, {"content", "id"}, {"content", "id", "name"}, {"content", "tool_calls", "id"}, set(), {"zz"}]
+SHAPED = [_model_encoder(AIMessage, shape) for shape in SHAPES]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda shape: ",".join(sorted(shape)) or "none")
+def test_the_quickest_path_is_for_the_fields_set_of_the_first_instance(shape: set[str]) -> None:
+    encode = _model_encoder(AIMessage, shape)
+    messages = [
+        AIMessage(content="hi"), AIMessage(content="hi", id="a"), AIMessage(content="hi", id="a", name="n"),
+        AIMessage(content="hi", id=None), AIMessage(content="\x00", id="\ud800"), AIMessage(content=["x", {"k": (1,)}], id="a"),
+        AIMessage(content="hi", id="a", tool_calls=[]), AIMessage(content="hi", id="a", zz=1),
+    ]  # fmt: skip
+    edited = AIMessage(content="hi", id="a")
+    edited.tool_calls.append({"name": "f", "args": {}, "id": "1", "type": "tool_call"})
+    bypassed = AIMessage(content="hi", id="a")
+    bypassed.__dict__["name"] = "n"
+    bypassed.__dict__["usage_metadata"] = {"input_tokens": 1}
+    typed = AIMessage(content="hi", id="a")
+    typed.__dict__["response_metadata"] = OrderedDict()
+    extra = AIMessage(content="hi", id="a")
+    extra.__pydantic_extra__["zz"] = (1,)  # type: ignore[index]  # an extra field, not in the fields set
+    for message in [*messages, edited, bypassed, typed, extra]:
+        assert orjson.dumps(encode(message)) == orjson.dumps(reference(message))
 
 
 with warnings.catch_warnings():
