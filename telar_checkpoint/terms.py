@@ -29,7 +29,7 @@ def run_term(run_id: str) -> str:
 
 
 def _value_text(value: Any) -> str | None:
-    """A text equal for values that compare equal (1, 1.0 and True alike), None for a value no
+    """A text equal for values that compare equal (1, 1.0 and True alike, -0.0 and 0), None for a value no
     term stands for (None matches a missing key; NaN matches nothing; lists and dicts)."""
     if isinstance(value, str):
         return "s" + value
@@ -38,13 +38,15 @@ def _value_text(value: Any) -> str | None:
             number = float(value)
         except OverflowError:  # an int beyond float range equals no float
             return "i" + str(value)
-        return None if math.isnan(number) else "n" + repr(number)
+        if math.isnan(number):
+            return None
+        return "n" + repr(number + 0.0)  # + 0.0: -0.0 becomes 0.0, which it equals
     return None
 
 
 # The terms of (key, value) pairs already seen, for values whose equal values all have one term:
-# strings, ints and bools (1 and True share a term, and a dict key). Not floats: -0.0 equals 0.0
-# and has a term of its own. Bounded: emptied when full.
+# strings, ints and bools (1 and True share a term, and a dict key). Not floats: NaN equals
+# nothing, so each NaN would take a place of its own. Bounded: emptied when full.
 _MEMO: dict[tuple[str, str | int], str | None] = {}
 _MEMO_SIZE = 4096
 _MEMO_TYPES = (str, int, bool)

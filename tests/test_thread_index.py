@@ -244,6 +244,16 @@ def test_schema_2_sqlite_store_is_migrated_and_indexed(tmp_path: Path) -> None:
     assert again.index_ready()
 
 
+def test_a_filter_finds_the_threads_whose_metadata_equals_it(store: Store) -> None:
+    """As LangGraph's filter (`metadata.get(key) == value`): -0.0 and 0.0 are equal."""
+    saver = TelarSaver(store)
+    for thread, score in (("a", -0.0), ("b", 0.0), ("c", 1.5)):
+        config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        saver.put(config, empty_checkpoint(), {"source": "input", "step": -1, "parents": {}, "score": score}, {})
+    for value in (0.0, -0.0, 0):
+        assert sorted(t.config["configurable"]["thread_id"] for t in saver.list(None, filter={"score": value})) == ["a", "b"]
+
+
 @pytest.mark.parametrize(
     ("filter", "indexed"),
     [({"user_id": "u"}, True), ({"step": 1}, False), ({"x": None}, False), ({"x": [1]}, False), ({"x": 1.0}, True)],
@@ -255,6 +265,7 @@ def test_filter_terms_only_for_values_a_term_stands_for(filter: dict, indexed: b
 def test_values_that_compare_equal_share_a_term() -> None:
     assert metadata_terms({"x": 1}) == metadata_terms({"x": 1.0}) == metadata_terms({"x": True})
     assert metadata_terms({"x": "1"}) != metadata_terms({"x": 1})
+    assert metadata_terms({"x": -0.0}) == metadata_terms({"x": 0.0}) == metadata_terms({"x": 0}) == metadata_terms({"x": False})
     long = metadata_terms({"x": "v" * 1000})
     assert len(next(iter(long))) < 100
 
