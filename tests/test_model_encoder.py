@@ -301,3 +301,99 @@ def test_a_model_missing_a_field_is_refused_as_before() -> None:
         to_jsonable(HumanMessage.model_construct(id="h"))  # no content
     with pytest.raises(KeyError):
         to_jsonable(Defaults.model_construct(label="x"))  # no text
+
+
+# --- messages as a real agent run leaves them: every field set (`add_messages` sets them) ---
+
+ODD_VALUES = [
+    (1, "a"), b"\x00\xff", datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc), StrSub("sub"), 2**70, -(2**64),
+    math.nan, math.inf, "\x00", "a\ud800b", "é\x00", "ünï", {"$x": 1}, {"$tuple": [1]}, {1: "int key"},
+    {StrSub("k"): 1}, {"\x00": 1}, OrderedDict(a=1), defaultdict(list, a=[1]), [(1,), {2}], Tone.LOUD, 1.5, True, None,
+]  # fmt: skip
+
+
+def full_ai(args: dict[str, Any], **fields: Any) -> AIMessage:
+    given: dict[str, Any] = dict(
+        content="", additional_kwargs={}, response_metadata={}, type="ai", name=None, id="a-1",
+        tool_calls=[{"name": "weather", "args": args, "id": "call-1", "type": "tool_call"}],
+        invalid_tool_calls=[], usage_metadata=None,
+    )  # fmt: skip
+    given.update(fields)
+    return AIMessage(**given)
+
+
+def full_messages(value: Any) -> list[pydantic.BaseModel]:
+    return [
+        full_ai({"city": "c", "v": value}),
+        full_ai({"v": value}, additional_kwargs={"v": value}, response_metadata={"model_name": "m", "v": value}),
+        full_ai({}, usage_metadata={"input_tokens": 1, "output_tokens": 2, "total_tokens": 3},
+                content=[{"type": "text", "text": "t", "v": value}]),
+        HumanMessage(content="hi", additional_kwargs={"v": value}, response_metadata={}, type="human", name=None, id="h-1"),
+        ToolMessage(content="42", additional_kwargs={}, response_metadata={}, type="tool", name="weather", id="t-1",
+                    tool_call_id="call-1", artifact={"v": value}, status="success"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
+def test_messages_with_every_field_set_holding_any_value(value: Any) -> None:
+    reads_back = type(value) is not StrSub and not (type(value) is dict and any(type(k) is StrSub for k in value))
+    for message in full_messages(value):
+        check(message, reads_back=reads_back)
+        check(message, reads_back=reads_back)  # its class's quick encoder for this fields set is made now
+
+
+def test_messages_with_every_field_set_edited_in_place_are_stored_with_their_edit() -> None:
+    message = full_ai({"city": "c"})
+    check(message)
+    message.tool_calls[0]["args"]["city"] = "\ud800"
+    message.tool_calls[0]["args"][2] = "int key"  # type: ignore[index]  # a key of another type, in place
+    message.tool_calls.append({"name": "f", "args": {"$x": (1,)}, "id": "2", "type": "tool_call"})
+    message.additional_kwargs["refusal"] = b"x"
+    message.response_metadata["$only"] = 1
+    fields = check(message, reads_back=False)
+    assert fields["tool_calls"][0]["args"] == {"$map": [["city", {"$str": [0xD800]}], [2, "int key"]]}
+    assert fields["tool_calls"][1]["args"] == {"$dict": {"$x": {"$tuple": [1]}}}
+    del message.response_metadata["$only"]
+    message.response_metadata["$one"] = 1
+    message.response_metadata["two"] = 2
+    assert check(message, reads_back=False)["response_metadata"] == {"$one": 1, "two": 2}
+
+
+def test_messages_with_every_field_set_holding_values_set_around_pydantic() -> None:
+    message = full_ai({"city": "c"})
+    check(message)
+    for field, value in [
+        ("additional_kwargs", OrderedDict(a=1)), ("response_metadata", defaultdict(list)), ("type", StrSub("ai")),
+        ("tool_calls", ListSub([{"a": 1}])), ("invalid_tool_calls", ()), ("usage_metadata", {"input_tokens": 2**70}),
+        ("name", "\x00"), ("id", StrSub("i")), ("content", ["x", ("y",)]), ("additional_kwargs", {}), ("tool_calls", []),
+    ]:  # fmt: skip
+        message.__dict__[field] = value
+        check(message, reads_back=False)
+
+
+@pytest.mark.parametrize("drop", [*FIELDS, "content"])
+def test_every_fields_set_of_one_field_less(drop: str) -> None:
+    """Fields sets of the same size as another already compiled, each field left unset in turn:
+    held at its default, edited in place, or bypassed."""
+    for action in ["leave", "edit", "bypass"]:
+        message = full_ai({"city": "c"})
+        object.__setattr__(message, "__pydantic_fields_set__", message.__pydantic_fields_set__ - {drop})
+        current = message.__dict__[drop]
+        if action == "edit" and type(current) is list:
+            current.append({"k": 1})
+        elif action == "edit" and type(current) is dict:
+            current["k"] = 1
+        elif action == "bypass":
+            message.__dict__[drop] = "other"
+        for _ in range(2):
+            assert orjson.dumps(to_jsonable(message)) == orjson.dumps(reference(message))
+            assert orjson.dumps(to_jsonable([message])) == orjson.dumps([reference(message)])
+            for encode in SHAPED:
+                assert orjson.dumps(encode(message)) == orjson.dumps(reference(message))
+
+
+def test_a_fields_set_naming_no_field() -> None:
+    message = full_ai({"city": "c"})
+    object.__setattr__(message, "__pydantic_fields_set__", message.__pydantic_fields_set__ | {"zz"})
+    for _ in range(2):
+        assert orjson.dumps(to_jsonable(message)) == orjson.dumps(reference(message))
