@@ -22,6 +22,7 @@ from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, TelarError
 from telar_checkpoint.format import line_version
 from telar_checkpoint.history import Entry, History
+from telar_checkpoint.schema import recorded_version
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores.base import SharedSpace, Store
 
@@ -259,6 +260,7 @@ class CheckpointView:
     values: dict[str, Any]  # channel -> readable JSON
     metadata: dict[str, Any]
     writes: list[dict[str, Any]]  # {"task", "path", "channel", "value"}
+    schema: int = 1  # the thread's state schema version (`schema.recorded_version`; 1 when none is recorded)
 
 
 def state_values(codec: CheckpointCodec, entry: Entry) -> dict[str, Any]:
@@ -309,6 +311,7 @@ def show_checkpoint(
         values=state_values(codec, entry),
         metadata=dict(entry.line.metadata),
         writes=writes,
+        schema=recorded_version(history),
     )
 
 

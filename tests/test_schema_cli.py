@@ -113,6 +113,19 @@ def test_status_counts_threads_by_version(capsys, file_store) -> None:
     assert json.loads(out)["versions"] == {"2": 3, "3": 1}
 
 
+
+def test_show_gives_the_threads_schema_version(capsys, file_store) -> None:
+    """`show` says which state schema version a thread is stored at: 1 for one that records none."""
+    url, store = file_store
+    _paused_v1(TelarSaver(store), "old")
+    _paused_v1(TelarSaver(store), "new")
+    upgrade(store, SCHEMA, thread_ids=["new"])
+    for thread, version in (("old", 1), ("new", 2)):
+        code, out, _ = run(capsys, "show", url, thread)
+        assert code == 0 and f"schema      version {version} (the thread's state schema)" in out.splitlines()
+        code, out, _ = run(capsys, "show", url, thread, "--json")
+        assert code == 0 and json.loads(out)["schema"] == version
+
 def test_a_schema_that_cannot_be_imported_is_named(capsys, file_store, tmp_path, monkeypatch) -> None:
     url, store = file_store
     _paused_v1(TelarSaver(store), "a")

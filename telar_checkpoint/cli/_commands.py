@@ -121,6 +121,7 @@ def cmd_show(args: types.SimpleNamespace) -> int:
     if info.ns:
         print(f"namespace   {info.ns}")
     print(f"step        {info.step} ({info.source}), format {info.format}, {when(info.ts)} UTC")
+    print(f"schema      version {view.schema} (the thread's state schema)")
     print(f"parent      {info.parent or '-'}")
     print(f"next        {', '.join(info.next) or '-'}")
     if info.interrupts:
