@@ -397,3 +397,61 @@ def test_a_fields_set_naming_no_field() -> None:
     object.__setattr__(message, "__pydantic_fields_set__", message.__pydantic_fields_set__ | {"zz"})
     for _ in range(2):
         assert orjson.dumps(to_jsonable(message)) == orjson.dumps(reference(message))
+
+
+class Wide(pydantic.BaseModel):
+    """More fields than the quick ways a class keeps (`_MAX_SHAPES`)."""
+
+    f0: str = "a"
+    f1: int = 0
+    f2: Any = None
+    f3: list[Any] = pydantic.Field(default_factory=list)
+    f4: dict[str, Any] = pydantic.Field(default_factory=dict)
+    f5: str | None = None
+    f6: str = "b"
+    f7: Any = None
+    f8: list[Any] = pydantic.Field(default_factory=list)
+    f9: dict[Any, Any] = pydantic.Field(default_factory=dict)
+    f10: Any = None
+
+
+def wide(size: int, offset: int = 0) -> Wide:
+    names = list(Wide.model_fields)
+    chosen = [names[(offset + i) % len(names)] for i in range(size)]
+    values = {"f0": "x", "f1": 1, "f2": (1,), "f3": [b"x"], "f4": {"$k": 1}, "f5": "\x00", "f6": "b", "f7": None,
+              "f8": [], "f9": {1: 2}, "f10": 2**70}  # fmt: skip
+    return Wide(**{name: values[name] for name in chosen})
+
+
+def test_fields_sets_of_every_size_and_more_than_the_ways_kept() -> None:
+    held = _model_encoder(Wide, {"f0"})  # an encoder made before the others: it hands new sizes on
+    for offset in range(3):
+        for size in [*range(len(Wide.model_fields) + 1), 5, 0, 11]:
+            obj = wide(size, offset)
+            for _ in range(2):
+                assert orjson.dumps(to_jsonable(obj)) == orjson.dumps(reference(obj))
+                assert orjson.dumps(to_jsonable([obj, {"m": obj}])) == orjson.dumps([reference(obj), {"m": reference(obj)}])
+                assert orjson.dumps(held(obj)) == orjson.dumps(reference(obj))
+    check(Wide(f3=[1]), reads_back=False)
+
+
+def test_fields_sets_learnt_from_threads() -> None:
+    import threading
+
+    class Threaded(Wide):
+        pass
+
+    objects = [Threaded(**wide(size, offset).model_dump(exclude_unset=True)) for size in range(12) for offset in range(3)]
+    failures: list[Any] = []
+
+    def run(start: int) -> None:
+        for obj in objects[start:] + objects[:start]:
+            if orjson.dumps(to_jsonable(obj)) != orjson.dumps(reference(obj)):
+                failures.append(obj)
+
+    threads = [threading.Thread(target=run, args=(start,)) for start in range(0, len(objects), 5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures

@@ -14,6 +14,7 @@ import dataclasses
 import keyword
 import pathlib
 import re
+import threading
 from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Callable
 from datetime import date, datetime, time, timedelta, timezone
@@ -244,7 +245,7 @@ ENCODERS: dict[type, Callable[[Any], Any]] = {
     Decimal: lambda obj: {"$decimal": str(obj)},
     re.Pattern: _encode_regex,
 }
-_encoder_of = ENCODERS.get  # bound once: ENCODERS is only ever added to
+_encoder_of = ENCODERS.get  # bound once: ENCODERS is only ever added to (or a model's encoder replaced)
 
 
 # --- classes: encoders built once per class and kept in ENCODERS ---
@@ -271,7 +272,7 @@ def _model_encoder(cls: type[pydantic.BaseModel], shape: Any = None) -> Callable
 
     A field is left out when never set and still at its simple default (`_model_plan`). The
     encoder first tries a quick encoder compiled for the instance's fields set, one per size of
-    fields set, the first seen of each size (`_shaped_encoder`; `shape`, a message's content and
+    fields set, the first seen of each size, inline (`_shaped_encoder`; `shape`, a message's content and
     id say, is the first): each other field at its default (None too) and no extra fields, then
     those fields in one display. A real agent's messages have every field set (`add_messages`
     sets them): 240 of them 0.61 ms on the way below, 0.40 ms so. Then the common case: no
@@ -375,77 +376,95 @@ def _model_encoder(cls: type[pydantic.BaseModel], shape: Any = None) -> Callable
     return _shaped_encoder(cls, plan, at_default, args, general, shape)
 
 
+_MAX_SHAPES = 8  # quick ways per model class, at most
+
+
 def _shaped_encoder(
     cls: type[pydantic.BaseModel], plan: list[tuple[str, Any]], at_default: dict[int, str],
     args: dict[str, Any], general: Callable[[Any], Any], first: Any,
 ) -> Callable[[Any], Any]:
-    """A model's encoder that keeps one quick encoder per size of fields set: for the first
-    fields set of that size it sees (`_shape_encoder`), used while an instance's fields set
-    equals it; any other instance goes through `general`. At most one per size: bounded by
-    the number of fields, whatever the instances."""
+    """A model's encoder with a quick way per size of fields set, inline: for the first fields
+    set of that size it sees, used while an instance's fields set equals it; any other instance
+    goes through `general`. At most `_MAX_SHAPES`, whatever the instances.
+
+    A fields set of a new size makes a new encoder with one more way (`_shapes_source`), which
+    takes this class's place in ENCODERS; an encoder made before hands such instances to the
+    newest (no call to a way of its own: 240 agent messages 0.36 ms, against 0.39 with one)."""
     fields = frozenset(cls.model_fields)
-    shapes: dict[int, tuple[frozenset[str], Callable[[Any], Any]]] = {}
+    shapes: dict[int, frozenset[str]] = {}  # size -> the fields set of that size seen first
+    newest: list[Callable[[Any], Any]] = []
+    made: list[Callable[[Any], Any]] = []  # every encoder made here: each may be in ENCODERS
 
-    def add(was_set: Any) -> tuple[frozenset[str], Callable[[Any], Any]] | None:
-        shape = frozenset(was_set)
-        if not shape <= fields:  # a name set that is no field: field by field
-            return None
-        known = shapes.setdefault(len(shape), (shape, _shape_encoder(plan, at_default, args, shape)))
-        return known
+    lock = threading.Lock()
 
-    if isinstance(first, (set, frozenset)):
-        add(first)
-    get = shapes.get
+    def build(sizes: dict[int, frozenset[str]]) -> Callable[[Any], Any]:
+        source = _shapes_source(plan, at_default, args, sizes)
+        namespace: dict[str, Any] = {}
+        exec(source, namespace)  # noqa: S102  # our own text: fields read as attributes are ASCII identifiers
+        shape_args = {f"S{size}": shape for size, shape in sizes.items()}
+        encode: Callable[[Any], Any] = namespace["make"](**args, **shape_args, general=general, learn=learn)
+        if ENCODERS.get(cls) in made:
+            ENCODERS[cls] = encode
+        newest[:] = [encode]  # before `shapes` tells of its new way: the newest has every way
+        made.append(encode)
+        shapes.update(sizes)
+        return encode
 
-    def encode(obj: Any) -> Any:
-        was_set = obj.__pydantic_fields_set__
-        known = get(len(was_set))
-        if known is None and (known := add(was_set)) is None:
-            return general(obj)
-        if was_set == known[0] and (out := known[1](obj)) is not None:
-            return out
+    def learn(obj: Any) -> Any:
+        """Encode `obj`, whose fields set has a size the encoder that called has no way for."""
+        shape = frozenset(obj.__pydantic_fields_set__)
+        if len(shape) not in shapes and shape <= fields and len(shapes) < _MAX_SHAPES:
+            with lock:
+                if len(shape) not in shapes:
+                    build({**shapes, len(shape): shape})
+        if len(shape) in shapes:  # the newest encoder has a way for it
+            return newest[0](obj)
         return general(obj)
 
-    return encode
+    sizes: dict[int, frozenset[str]] = {}
+    if isinstance(first, (set, frozenset)) and frozenset(first) <= fields:
+        sizes[len(first)] = frozenset(first)
+    return build(sizes)
 
 
-def _shape_encoder(
-    plan: list[tuple[str, Any]], at_default: dict[int, str], args: dict[str, Any], shape: frozenset[str]
-) -> Callable[[Any], Any]:
-    """The quick encoder for instances whose fields set is `shape`: each field not in it that
-    has a default at that default (None too), no extra fields; then the fields in one display,
-    each value's likely type (by its default's) told inline. None when the instance is not so."""
-    tests, shown = [], []
-    for i, (field, default) in enumerate(plan):
-        if field in shape or default is _NO_DEFAULT:
-            if default is None:
-                value = f"v if (v := obj.{field}) is None or {_PLAIN_STR} else to_jsonable(v)"
-            elif type(default) is dict and not default:
-                value = f"(_encode_dict(v) if v else {{}}) if type(v := obj.{field}) is dict else to_jsonable(v)"
-            elif type(default) is list and not default:
-                value = f"(_encode_list(v) if v else []) if type(v := obj.{field}) is list else to_jsonable(v)"
+def _shapes_source(
+    plan: list[tuple[str, Any]], at_default: dict[int, str], args: dict[str, Any], shapes: dict[int, frozenset[str]]
+) -> str:
+    """The encoder's text, a way per fields set in `shapes`: each field not in it that has a
+    default at that default (None too), no extra fields; then the fields in one display, each
+    value's likely type (by its default's) told inline."""
+    body = ["    def encode(obj):", "        was_set = obj.__pydantic_fields_set__", "        size = len(was_set)"]
+    for size, shape in shapes.items():
+        tests, shown = [], []
+        for i, (field, default) in enumerate(plan):
+            if field in shape or default is _NO_DEFAULT:
+                if default is None:
+                    value = f"v if (v := obj.{field}) is None or {_PLAIN_STR} else to_jsonable(v)"
+                elif type(default) is dict and not default:
+                    value = f"(_encode_dict(v) if v else {{}}) if type(v := obj.{field}) is dict else to_jsonable(v)"
+                elif type(default) is list and not default:
+                    value = f"(_encode_list(v) if v else []) if type(v := obj.{field}) is list else to_jsonable(v)"
+                else:
+                    value = f"v if type(v := obj.{field}) is str and v.isascii() and '\\x00' not in v else to_jsonable(v)"
+                shown.append(f"K{i}: {value}")
+            elif default is None:
+                tests.append(f"obj.{field} is None")
             else:
-                value = f"v if type(v := obj.{field}) is str and v.isascii() and '\\x00' not in v else to_jsonable(v)"
-            shown.append(f"K{i}: {value}")
-        elif default is None:
-            tests.append(f"obj.{field} is None")
-        else:
-            tests.append(at_default[i])
-    tests.append("not obj.__pydantic_extra__")
-    body = [
-        "    def quick(obj):",
-        "        try:",
-        f"            if {' and '.join(tests)}:",
-        f"                return {{'$model': {{'class': NAME, 'fields': {{{', '.join(shown)}}}}}}}",
-        "        except AttributeError:",
-        "            pass",
-        "        return None",
-        "    return quick",
-    ]
-    source = f"def make({', '.join(args)}):\n" + "\n".join(body)
-    namespace: dict[str, Any] = {}
-    exec(source, namespace)  # noqa: S102  # our own text: fields read as attributes are ASCII identifiers
-    return namespace["make"](**args)  # type: ignore[no-any-return]  # the function exec just defined
+                tests.append(at_default[i])
+        tests.append("not obj.__pydantic_extra__")
+        body += [
+            f"        if size == {size}:",
+            f"            if was_set == S{size}:",
+            "                try:",
+            f"                    if {' and '.join(tests)}:",
+            f"                        return {{'$model': {{'class': NAME, 'fields': {{{', '.join(shown)}}}}}}}",
+            "                except AttributeError:",
+            "                    pass",
+            "            return general(obj)",
+        ]
+    body += ["        return learn(obj)", "    return encode"]
+    names = [*args, *(f"S{size}" for size in shapes), "general", "learn"]
+    return f"def make({', '.join(names)}):\n" + "\n".join(body)
 
 
 _PLAIN_STR = "type(v) is str and v.isascii() and '\\x00' not in v"
