@@ -455,3 +455,22 @@ def test_fields_sets_learnt_from_threads() -> None:
     for thread in threads:
         thread.join()
     assert not failures
+
+
+def test_dict_keys_seen_before_as_plain_keys() -> None:
+    """A key's text seen plain does not make an equal key of another type, or an unsafe one, plain."""
+    from telar_checkpoint.serializer import _encode
+
+    for key in ["k", "é", "$k", "x" * 65]:
+        assert to_jsonable({key: 1, "other": {key: "v", "w": 1}}) == {key: 1, "other": {key: "v", "w": 1}}
+    assert "k" in _encode._PLAIN_KEYS and "x" * 65 not in _encode._PLAIN_KEYS
+    assert to_jsonable({StrSub("k"): 1}) == {"$map": [["k", 1]]}
+    assert to_jsonable({"a": 1, StrSub("k"): (1,)}) == {"$map": [["a", 1], ["k", {"$tuple": [1]}]]}
+    assert to_jsonable({"k\x00": 1}) == {"$map": [[{"$str": ["k", 0]}, 1]]}
+    assert to_jsonable({"\ud800": 1}) == {"$map": [[{"$str": [0xD800]}, 1]]}
+    assert to_jsonable({"$k": 1}) == {"$dict": {"$k": 1}}
+    assert to_jsonable({"$k": {"$k": {}}}) == {"$dict": {"$k": {"$dict": {"$k": {}}}}}
+    for i in range(5000):  # bounded
+        to_jsonable({f"key-{i}": i})
+    assert len(_encode._PLAIN_KEYS) <= 4096
+    assert to_jsonable({"key-4999": 1, "k": [{"k": 2**64}]}) == {"key-4999": 1, "k": [{"k": {"$int": str(2**64)}}]}

@@ -86,17 +86,27 @@ def _plain_key(key: Any) -> bool:
     return UNSAFE_CHARS.search(key) is None
 
 
+# Keys seen plain (exact str, no NUL or lone surrogate), by their text: a state's dicts have
+# few keys, and the same ones again; bounded, short keys only.
+_PLAIN_KEYS: set[str] = set()
+
+
 def _encode_dict(obj: dict[Any, Any]) -> Any:
     out = {}
     for key, value in obj.items():
-        if not (type(key) is str and key.isascii() and "\x00" not in key) and not _plain_key(key):
-            return {"$map": [[to_jsonable(k), to_jsonable(v)] for k, v in obj.items()]}
+        if not (type(key) is str and key in _PLAIN_KEYS):
+            if not _plain_key(key):
+                return {"$map": [[to_jsonable(k), to_jsonable(v)] for k, v in obj.items()]}
+            if len(key) <= 64 and len(_PLAIN_KEYS) < 4096:
+                _PLAIN_KEYS.add(key)
         # ASCII strings and small ints inline: most leaves of a state are these
         t = type(value)
         if t is str and value.isascii() and "\x00" not in value:
             out[key] = value
         elif (t is int and INT_MIN <= value <= INT_MAX) or value is None or t is bool:
             out[key] = value
+        elif t is dict:  # as `to_jsonable` does, without its tests on the way
+            out[key] = _encode_dict(value)
         else:
             out[key] = to_jsonable(value)
     if len(out) == 1 and key[:1] == "$":
