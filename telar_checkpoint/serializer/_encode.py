@@ -421,13 +421,13 @@ def _shaped_encoder(
         return encode
 
     def learn(obj: Any) -> Any:
-        """Encode `obj`, whose fields set has a size the encoder that called has no way for."""
+        """Encode `obj`, whose fields set the encoder that called has no way for."""
         shape = frozenset(obj.__pydantic_fields_set__)
         if len(shape) not in shapes and shape <= fields and len(shapes) < _MAX_SHAPES:
             with lock:
                 if len(shape) not in shapes:
                     build({**shapes, len(shape): shape})
-        if len(shape) in shapes:  # the newest encoder has a way for it
+        if shapes.get(len(shape)) == shape:  # the newest encoder has a way for it
             return newest[0](obj)
         return general(obj)
 
@@ -443,7 +443,7 @@ def _shapes_source(
     """The encoder's text, a way per fields set in `shapes`: each field not in it that has a
     default at that default (None too), no extra fields; then the fields in one display, each
     value's likely type (by its default's) told inline."""
-    body = ["    def encode(obj):", "        was_set = obj.__pydantic_fields_set__", "        size = len(was_set)"]
+    body = ["    def encode(obj):", "        was_set = obj.__pydantic_fields_set__"]
     for size, shape in shapes.items():
         tests, shown = [], []
         for i, (field, default) in enumerate(plan):
@@ -463,13 +463,12 @@ def _shapes_source(
                 tests.append(at_default[i])
         tests.append("not obj.__pydantic_extra__")
         body += [
-            f"        if size == {size}:",
-            f"            if was_set == S{size}:",
-            "                try:",
-            f"                    if {' and '.join(tests)}:",
-            f"                        return {{'$model': {{'class': NAME, 'fields': {{{', '.join(shown)}}}}}}}",
-            "                except AttributeError:",
-            "                    pass",
+            f"        if was_set == S{size}:",  # sets of other sizes told apart first, in C
+            "            try:",
+            f"                if {' and '.join(tests)}:",
+            f"                    return {{'$model': {{'class': NAME, 'fields': {{{', '.join(shown)}}}}}}}",
+            "            except AttributeError:",
+            "                pass",
             "            return general(obj)",
         ]
     body += ["        return learn(obj)", "    return encode"]
