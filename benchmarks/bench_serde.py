@@ -99,9 +99,16 @@ def plain_chat(n_messages: int = 1000) -> list[Any]:
 
 def encode_per_message(rounds: int) -> dict[str, float]:
     """Median µs per message of JsonSerializer.to_jsonable + orjson.dumps of a message list, the
-    work of a put on the list channel: the plain chat, and the agent state's messages."""
+    work of a put on the list channel: the plain chat, and the agent state's messages (as given,
+    and with every field set)."""
     serde = JsonSerializer()
-    lists = {"plain chat": plain_chat(), "agent messages": agent_state()["messages"]}
+    messages = agent_state()["messages"]
+    lists = {
+        "plain chat": plain_chat(),
+        "agent messages": messages,
+        # as a real run leaves them (add_messages and a checkpoint's round trip set every field)
+        "agent messages, every field set": [type(m)(**m.__dict__) for m in messages],
+    }
     samples: dict[str, list[float]] = {name: [] for name in lists}
     for _ in range(rounds):
         for name, messages in lists.items():  # interleaved
