@@ -11,10 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import orjson
-from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+)
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint._compat import writes_sort_key
@@ -314,6 +322,77 @@ class CheckpointCodec:
             raise CheckpointDroppedError(thread_id, checkpoint_ns, checkpoint_id, reason)
         return entry
 
+
+    def checkpoint_tuple(self, thread_id: str, entry: Entry, config: RunnableConfig | None = None) -> CheckpointTuple:
+        """LangGraph's tuple of `entry`; its config is `config` when given (as LangGraph's savers
+        return the caller's config when it named the checkpoint), else the checkpoint's own."""
+        record = self.record(entry)
+        ns = record.checkpoint_ns
+        return CheckpointTuple(
+            config=config if config is not None else checkpoint_config(thread_id, ns, record.id),
+            checkpoint=record.checkpoint,
+            metadata=record.metadata,
+            parent_config=checkpoint_config(thread_id, ns, record.parent_id) if record.parent_id else None,
+            pending_writes=[(w.task_id, w.channel, w.value) for w in record.writes],
+        )
+
+    def delta_history(
+        self, thread_id: str, history: History, ns: str, checkpoint_id: str | None, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        """`get_delta_channel_history` of the checkpoint asked for: per channel, the writes on the
+        path to it (oldest first) and the nearest value stored on that path (the seed)."""
+        target = self.find(thread_id, history, ns, checkpoint_id)
+        collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        for cid in history.parent_chain(ns, target.line.parent) if target else []:
+            if not remaining:
+                break
+            record = self.record(history.entries[(ns, cid)])
+            for w in reversed(record.writes):
+                if w.channel in remaining:
+                    collected[w.channel].append((w.task_id, w.channel, w.value))
+            for ch in list(remaining):
+                if ch in record.checkpoint["channel_values"]:
+                    seeds[ch] = record.checkpoint["channel_values"][ch]
+                    remaining.discard(ch)
+        result: dict[str, DeltaChannelHistory] = {}
+        for ch in channels:
+            result[ch] = {"writes": list(reversed(collected[ch]))}
+            if ch in seeds:
+                result[ch]["seed"] = seeds[ch]
+        return result
+
+
+def checkpoint_config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    """The config that names one checkpoint, as LangGraph's savers return it."""
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+
+def entry_filter(
+    ns: str | None, checkpoint_id: str | None, before_id: str | None, filter: dict[str, Any] | None
+) -> Callable[[Entry], bool]:
+    """What `list` keeps of a thread's entries: of namespace `ns` (None: any), the checkpoint
+    `checkpoint_id` (None: any), older than `before_id`, whose metadata holds `filter`'s values
+    (compared as LangGraph's savers compare them, with ``==``)."""
+
+    def matches(entry: Entry) -> bool:
+        line = entry.line
+        return (
+            (ns is None or line.ns == ns)
+            and (not checkpoint_id or line.id == checkpoint_id)
+            and (not before_id or line.id < before_id)
+            and (not filter or all(line.metadata.get(k) == v for k, v in filter.items()))
+        )
+
+    return matches
+
+
+def listed(history: History, matches: Callable[[Entry], bool], limit: int | None) -> list[Entry]:
+    """The entries that match, newest first, at most `limit` (cost independent of the thread's
+    length when the entries stand in id order, see `History.newest`)."""
+    found = (e for e in history.newest() if matches(e))
+    return list(found if limit is None else islice(found, max(limit, 0)))
 
 def _changed(record: CheckpointRecord, history: History) -> list[str]:
     """The channels whose version differs from the parent checkpoint's (all, with no parent stored):

@@ -8,11 +8,8 @@ the pure codec, so the sync and async twins share all their logic.
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
-import weakref
 from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
-from itertools import islice
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -25,17 +22,23 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    PendingWrite,
     get_checkpoint_id,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint._arguments import check, check_config, explain
-from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord, check_max_history
+from telar_checkpoint.codec import (
+    CheckpointCodec,
+    CheckpointRecord,
+    check_max_history,
+    checkpoint_config,
+    entry_filter,
+    listed,
+)
 from telar_checkpoint.errors import ArgumentTypeError, SaverClosedError, SaverContextError, UsageError
 from telar_checkpoint.format import WritesLine
-from telar_checkpoint.history import Entry, History
-from telar_checkpoint.schema import Schema, stamped, upgrade_history
+from telar_checkpoint.history import History
+from telar_checkpoint.schema import Schema, SchemaThreads
 from telar_checkpoint.serde_allowlist import with_msgpack_allowlist
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
@@ -123,10 +126,6 @@ class _Closed:
         raise self.error()
 
 
-def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
-
-
 class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V is one of int|float|str; ours are either
     """A LangGraph checkpointer that keeps each thread as readable JSON lines in a store.
 
@@ -170,10 +169,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._index = ThreadIndex(self.store, self.codec)
         self._writer = Writer(self.store, self._index, Lingers(WRITES_LINGER if self.store.carry_writes else 0.0))
         self.schema = schema
-        # With a schema: histories read, upgraded (by the history read), and the threads seen
-        # stored at the schema's version (their writes need no upgrade first).
-        self._schema_reads: weakref.WeakKeyDictionary[History, History] = weakref.WeakKeyDictionary()
-        self._schema_current: set[str] = set()
+        self._schema_threads = SchemaThreads(schema, self.codec) if schema is not None else None
 
     @classmethod
     def from_conn_string(cls, url: str, **options: Any) -> _SaverContext:
@@ -236,19 +232,6 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     # --- pure pieces, shared by the sync and async methods ------------------------
 
-    def _tuple(self, thread_id: str, entry: Entry, config: RunnableConfig | None = None) -> CheckpointTuple:
-        """The tuple of `entry`; its config is `config` when given (as LangGraph's savers
-        return the caller's config when it named the checkpoint), else the checkpoint's own."""
-        record = self.codec.record(entry)
-        ns = record.checkpoint_ns
-        return CheckpointTuple(
-            config=config if config is not None else _config(thread_id, ns, record.id),
-            checkpoint=record.checkpoint,
-            metadata=record.metadata,
-            parent_config=_config(thread_id, ns, record.parent_id) if record.parent_id else None,
-            pending_writes=[(w.task_id, w.channel, w.value) for w in record.writes],
-        )
-
     # --- reading and writing a thread: the same steps, sync and async ---------------
 
     def _parsed(self, thread_id: str, version: Hashable | None, text: str | None, version_after: Hashable | None) -> History:
@@ -273,33 +256,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             if versioned is not None and version is not None:
                 version_after = yield call(versioned.version, versioned.aversion, thread_id)
             history = yield call(self._parsed, self._aparsed, thread_id, version, text, version_after)
-        return history if self.schema is None else self._schema_read(thread_id, history, self.schema)
+        return history if self._schema_threads is None else self._schema_threads.read(thread_id, history)
 
-    def _schema_read(self, thread_id: str, history: History, schema: Schema) -> History:
-        """`history` as `schema` reads it: upgraded in memory when stored at an older version
-        (kept beside it, never in the writer's caches: the stored text is not changed)."""
-        upgraded = self._schema_reads.get(history)
-        if upgraded is None:
-            upgraded = upgrade_history(thread_id, history, schema, self.codec.values)
-            if upgraded is history:
-                if history.entries:  # an empty thread is stamped by its first write
-                    self._schema_current.add(thread_id)
-                return history
-            self._schema_current.discard(thread_id)
-            self._schema_reads[history] = upgraded
-        return upgraded
-
-    def _schema_write_steps(self, thread_id: str, schema: Schema) -> Steps[None]:
-        """Before this saver's first write of a thread: the thread brought to the schema's
-        version (one `rewrite`), or refused when it is newer. A thread seen at that version
-        is not read again."""
-        if len(self._schema_current) > 100_000:
-            self._schema_current.clear()
-        yield from self._history_steps(thread_id)  # refuses a newer thread; notes a current one
-        if thread_id not in self._schema_current:
-            change = functools.partial(stamped, thread_id, schema, self.codec.values)
-            yield call(self.rewrite, self.arewrite, thread_id, change)
-            self._schema_current.add(thread_id)
+    def _forget_schema(self, thread_id: str) -> None:
+        if self._schema_threads is not None:
+            self._schema_threads.forget(thread_id)
 
     def _history(self, thread_id: str) -> History:
         return run(self._history_steps(thread_id))
@@ -311,33 +272,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         thread_id, ns = _thread_and_ns(config)
         checkpoint_id = get_checkpoint_id(config)
         entry = self.codec.find(thread_id, history, ns, checkpoint_id)
-        return self._tuple(thread_id, entry, config if checkpoint_id else None) if entry else None
-
-    def _matches(
-        self, config: RunnableConfig | None, filter: dict[str, Any] | None, before: RunnableConfig | None
-    ) -> Any:
-        configurable = (config or {}).get("configurable") or {}
-        want_ns = configurable.get("checkpoint_ns")
-        want_id = configurable.get("checkpoint_id")
-        before_id = get_checkpoint_id(before) if before else None
-
-        def matches(entry: Entry) -> bool:
-            line = entry.line
-            return (
-                (want_ns is None or line.ns == want_ns)
-                and (not want_id or line.id == want_id)
-                and (not before_id or line.id < before_id)
-                and (not filter or all(line.metadata.get(k) == v for k, v in filter.items()))
-            )
-
-        return matches
-
-    @staticmethod
-    def _listed(history: History, matches: Any, limit: int | None) -> list[Entry]:
-        """The entries that match, newest first, at most `limit` (cost independent of the
-        thread's length when the entries stand in id order, see `History.newest`)."""
-        found = (e for e in history.newest() if matches(e))
-        return list(found if limit is None else islice(found, max(limit, 0)))
+        return self.codec.checkpoint_tuple(thread_id, entry, config if checkpoint_id else None) if entry else None
 
     def _put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
@@ -362,30 +297,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return thread_id, PutWrites(self.codec, WritesLine(ns, checkpoint_id, task_id, task_path, self.codec.encode_writes(items)))
 
     def _delta(self, config: RunnableConfig, history: History, channels: Sequence[str]) -> dict[str, DeltaChannelHistory]:
-        """Per channel: the writes on the path to the target and the nearest stored value (the seed)."""
         thread_id, ns = _thread_and_ns(config)
-        target = self.codec.find(thread_id, history, ns, get_checkpoint_id(config))
-        collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
-        seeds: dict[str, Any] = {}
-        remaining = set(channels)
-        ancestors = history.parent_chain(ns, target.line.parent) if target else []
-        for cid in ancestors:
-            if not remaining:
-                break
-            record = self.codec.record(history.entries[(ns, cid)])
-            for w in reversed(record.writes):
-                if w.channel in remaining:
-                    collected[w.channel].append((w.task_id, w.channel, w.value))
-            for ch in list(remaining):
-                if ch in record.checkpoint["channel_values"]:
-                    seeds[ch] = record.checkpoint["channel_values"][ch]
-                    remaining.discard(ch)
-        result: dict[str, DeltaChannelHistory] = {}
-        for ch in channels:
-            result[ch] = {"writes": list(reversed(collected[ch]))}
-            if ch in seeds:
-                result[ch]["seed"] = seeds[ch]
-        return result
+        return self.codec.delta_history(thread_id, history, ns, get_checkpoint_id(config), channels)
 
     def _prepared_put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
@@ -422,7 +335,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig | None, filter: dict[str, Any] | None, before: RunnableConfig | None, limit: int | None
     ) -> Stream:
         """`list`, written once: the tuples that match, emitted thread by thread."""
-        matches = self._matches(config, filter, before)
+        configurable = (config or {}).get("configurable") or {}
+        matches = entry_filter(
+            configurable.get("checkpoint_ns"), configurable.get("checkpoint_id"), get_checkpoint_id(before) if before else None, filter
+        )
         threads = self._index.threads_steps(filter) if config is None else _emit(_thread_and_ns(config)[0])
         reply = None
         while True:  # the threads are emitted by `threads`, whose calls are passed on to the driver
@@ -437,8 +353,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             if limit is not None and limit <= 0:
                 return
             thread_id = step.value
-            for entry in self._listed((yield from self._history_steps(thread_id)), matches, limit):
-                yield Emit(self._tuple(thread_id, entry))
+            for entry in listed((yield from self._history_steps(thread_id)), matches, limit):
+                yield Emit(self.codec.checkpoint_tuple(thread_id, entry))
                 if limit is not None:
                     limit -= 1
 
@@ -460,7 +376,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         strategy = _check_strategy(strategy)
         for thread_id in map(str, thread_ids):
             self._index.forget(thread_id)
-            self._schema_current.discard(thread_id)
+            self._forget_schema(thread_id)
             if strategy == "delete":
                 yield call(self.store.delete, self.store.adelete, thread_id)
             else:
@@ -482,21 +398,21 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, change = self._prepared_put(config, checkpoint, metadata, new_versions)
-        if self.schema is not None and thread_id not in self._schema_current:
-            run(self._schema_write_steps(thread_id, self.schema))
+        if self._schema_threads is not None and self._schema_threads.before_write(thread_id):
+            run(self._schema_threads.write_steps(self, thread_id))
         self._writer.write(thread_id, change)
-        return _config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
+        return checkpoint_config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, change = self._prepared_writes(config, writes, task_id, task_path)
-        if self.schema is not None and thread_id not in self._schema_current:
-            run(self._schema_write_steps(thread_id, self.schema))
+        if self._schema_threads is not None and self._schema_threads.before_write(thread_id):
+            run(self._schema_threads.write_steps(self, thread_id))
         self._writer.write(thread_id, change)
 
     def delete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
         self._index.forget(str(thread_id))
-        self._schema_current.discard(str(thread_id))
+        self._forget_schema(str(thread_id))
         self.store.delete(str(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -551,21 +467,21 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, change = self._prepared_put(config, checkpoint, metadata, new_versions)
-        if self.schema is not None and thread_id not in self._schema_current:
-            await arun(self._schema_write_steps(thread_id, self.schema))
+        if self._schema_threads is not None and self._schema_threads.before_write(thread_id):
+            await arun(self._schema_threads.write_steps(self, thread_id))
         await self._writer.awrite(thread_id, change)
-        return _config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
+        return checkpoint_config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, change = self._prepared_writes(config, writes, task_id, task_path)
-        if self.schema is not None and thread_id not in self._schema_current:
-            await arun(self._schema_write_steps(thread_id, self.schema))
+        if self._schema_threads is not None and self._schema_threads.before_write(thread_id):
+            await arun(self._schema_threads.write_steps(self, thread_id))
         await self._writer.awrite(thread_id, change)
 
     async def adelete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
         self._index.forget(str(thread_id))
-        self._schema_current.discard(str(thread_id))
+        self._forget_schema(str(thread_id))
         await self.store.adelete(str(thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:

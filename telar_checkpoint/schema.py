@@ -30,6 +30,7 @@ import importlib
 import os
 import re
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -48,6 +49,7 @@ from telar_checkpoint.stores.base import Store
 from telar_checkpoint.values import SERDE_TAG, ValueCodec
 
 if TYPE_CHECKING:
+    from telar_checkpoint.codec import CheckpointCodec
     from telar_checkpoint.saver import TelarSaver
 
 __all__ = [
@@ -734,6 +736,52 @@ def stamped(thread_id: str | None, schema: Schema, values: ValueCodec, old: str 
     new = upgrade_text(thread_id, old, schema, values)
     return old if new is None else new
 
+
+
+class SchemaThreads:
+    """What a saver made with `schema=` keeps: the histories it read, upgraded in memory (beside
+    the writer's caches, never in them: the stored text is not changed by a read), and the
+    threads it has seen stored at the schema's version (their writes need no upgrade first)."""
+
+    CURRENT_KEPT = 100_000  # threads remembered as current; forgotten all at once past it
+
+    def __init__(self, schema: Schema, codec: CheckpointCodec) -> None:
+        self.schema, self.codec = schema, codec  # the codec's values are read when used (`with_allowlist` replaces them)
+        self._upgraded: weakref.WeakKeyDictionary[History, History] = weakref.WeakKeyDictionary()
+        self._current: set[str] = set()
+
+    def read(self, thread_id: str, history: History) -> History:
+        """`history` as the schema reads it: upgraded in memory when stored at an older version;
+        a thread at a newer version is refused (`SchemaVersionError`)."""
+        upgraded = self._upgraded.get(history)
+        if upgraded is None:
+            upgraded = upgrade_history(thread_id, history, self.schema, self.codec.values)
+            if upgraded is history:
+                if history.entries:  # an empty thread is stamped by its first write
+                    self._current.add(thread_id)
+                return history
+            self._current.discard(thread_id)
+            self._upgraded[history] = upgraded
+        return upgraded
+
+    def before_write(self, thread_id: str) -> bool:
+        """Whether the saver must bring the thread to the schema's version before it writes it."""
+        return thread_id not in self._current
+
+    def write_steps(self, saver: TelarSaver, thread_id: str) -> Steps[None]:
+        """Before the saver's first write of a thread: the thread brought to the schema's version
+        (one `rewrite`), or refused when it is newer. A thread seen at that version is not read again."""
+        if len(self._current) > self.CURRENT_KEPT:
+            self._current.clear()
+        yield from saver._history_steps(thread_id)  # refuses a newer thread; notes a current one
+        if thread_id not in self._current:
+            change = partial(stamped, thread_id, self.schema, self.codec.values)
+            yield call(saver.rewrite, saver.arewrite, thread_id, change)
+            self._current.add(thread_id)
+
+    def forget(self, thread_id: str) -> None:
+        """The thread was deleted or pruned: read it again before its next write."""
+        self._current.discard(thread_id)
 
 # --- offline: every thread of a store -------------------------------------------
 

@@ -297,7 +297,9 @@ async def test_async_reads_of_a_large_history_parse_and_decode_off_the_event_loo
     assert saver_module.OFF_LOOP_CHARS < 400_000
 
 
-def test_list_with_a_limit_costs_what_it_returns_not_the_threads_length() -> None:
+def test_list_with_a_limit_costs_what_it_returns_not_the_threads_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    from telar_checkpoint import saver as saver_module
+
     saver = TelarSaver(MemoryStore())
     config_ = config()
     for i in range(300):
@@ -305,10 +307,11 @@ def test_list_with_a_limit_costs_what_it_returns_not_the_threads_length() -> Non
         checkpoint["channel_values"], checkpoint["channel_versions"] = {"n": i}, {"n": i + 1}
         config_ = saver.put(config_, checkpoint, {"source": "loop", "step": i, "parents": {}}, {"n": i + 1})
     examined = []
-    matches = saver._matches
-    saver._matches = lambda *a: (lambda entry, _m=matches(*a): examined.append(entry) or _m(entry))  # type: ignore[method-assign]
+    matches = saver_module.entry_filter
+    monkeypatch.setattr(saver_module, "entry_filter", lambda *a: (lambda entry, _m=matches(*a): examined.append(entry) or _m(entry)))
     newest = list(saver.list(config(), limit=2))
     assert [t.checkpoint["channel_values"]["n"] for t in newest] == [299, 298]
     assert len(examined) == 2
     examined.clear()
     assert len(list(saver.list(config()))) == 300 and len(examined) == 300
+
