@@ -171,6 +171,58 @@ def _constructor(cls: type[pydantic.BaseModel], plan: _Restore, tag: str) -> _Bu
         except Exception as exc:  # the class refused the stored fields
             raise _refused(cls, tag, exc) from exc
 
+    if not plain_state:
+        return build
+    return _quick_constructor(cls, new, allow_extra, tag, build)
+
+
+def _quick_constructor(
+    cls: type[pydantic.BaseModel], new: Callable[[type], Any], allow_extra: bool, tag: str, general: _Builder
+) -> _Builder:
+    """`general` with a quick way, inline, for the common stored form: every field, in field
+    order, and nothing else. Each field is read and decoded in that order (as `general` does),
+    an empty dict or list made without a call; the state is set as `general` sets it."""
+    names = list(cls.model_fields)
+    args: dict[str, Any] = {f"K{i}": name for i, name in enumerate(names)}
+    lines = [
+        "    def build(stored, dec):",
+        "        if list(stored) != NAMES:",
+        "            return general(stored, dec)",
+        f"        {''.join(f'v{i}, ' for i in range(len(names)))}= stored.values()",
+    ]
+    for i in range(len(names)):
+        lines += [
+            f"        if type(v{i}) not in leaf:",
+            f"            if type(v{i}) is dict and not v{i}:",
+            f"                v{i} = {{}}",
+            f"            elif type(v{i}) is list and not v{i}:",
+            f"                v{i} = []",
+            "            else:",
+            f"                v{i} = dec(v{i})",
+        ]
+    lines += [
+        f"        values = {{{', '.join(f'K{i}: v{i}' for i in range(len(names)))}}}",
+        "        try:",
+        "            obj = new(cls)",
+        "            set_fields_set(obj, set(stored))",
+        f"            set_extra(obj, {'{}' if allow_extra else 'None'})",
+        "            set_private(obj, None)",
+        "            set_dict(obj, values)",
+        "        except Exception as exc:  # the class refused the stored fields",
+        "            raise refused(cls, tag, exc) from exc",
+        "        return obj",
+        "    return build",
+    ]
+    args.update(
+        NAMES=names, cls=cls, new=new, tag=tag, general=general, leaf=LEAF_TYPES,
+        refused=_refused, set_fields_set=_SET_FIELDS_SET, set_extra=_SET_EXTRA, set_private=_SET_PRIVATE,
+        set_dict=_SET_DICT,
+    )
+    source = f"def make({', '.join(args)}):\n" + "\n".join(lines)
+    namespace: dict[str, Any] = {}
+    # our own text: field names are arguments (K0, K1, ...), never code
+    exec(source, namespace)  # noqa: S102
+    build: _Builder = namespace["make"](**args)
     return build
 
 

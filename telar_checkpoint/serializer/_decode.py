@@ -253,20 +253,20 @@ def make_decoder(allowlist: Allowlist) -> Decode:
         if t is dict:
             n = len(data)
             if n == 1:
+                # A class name already checked (on the allowlist, a pydantic model) goes
+                # straight to its builder; anything else takes the full path, which checks
+                # it, reports what is wrong, and remembers the builder.
+                payload = data.get("$model", data)
+                if type(payload) is dict and len(payload) == 2:
+                    name = payload.get("class")
+                    if type(name) is str:
+                        build = builders.get(name)
+                        fields = payload.get("fields")
+                        if build is not None and type(fields) is dict:
+                            return build(fields, dec)
                 for key in data:
                     if key == "$model":
-                        # A class name already checked (on the allowlist, a pydantic
-                        # model) goes straight to its builder; anything else takes the
-                        # full path, which checks it, reports what is wrong, and
-                        # remembers the builder.
-                        payload = data[key]
-                        if type(payload) is dict and len(payload) == 2:
-                            name = payload.get("class")
-                            build = builders.get(name) if type(name) is str else None
-                            fields = payload.get("fields")
-                            if build is not None and type(fields) is dict:
-                                return build(fields, dec)
-                        return model(payload, dec, allowlist)
+                        return model(data[key], dec, allowlist)
                     if key[:1] == "$":
                         return _tagged(key, data[key])
             elif n == 0:
