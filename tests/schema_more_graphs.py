@@ -326,12 +326,13 @@ def fanout_v1(saver: Any) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def fanout_v2(saver: Any) -> Any:
+def fanout_v2(saver: Any, node: str = "work") -> Any:
+    """Version 2 of the fan-out: `results` is `findings`; its branches run in node `node`."""
     builder = StateGraph(FanV2)
-    builder.add_node("work", lambda item, config: {"findings": [_research(item, config)]})
+    builder.add_node(node, lambda item, config: {"findings": [_research(item, config)]})
     builder.add_node("reduce", lambda state: {"report": "+".join(state["findings"])})
-    builder.add_conditional_edges(START, lambda state: [Send("work", {"topic": t}) for t in state["topics"]], ["work"])
-    builder.add_edge("work", "reduce")
+    builder.add_conditional_edges(START, lambda state: [Send(node, {"topic": t}) for t in state["topics"]], [node])
+    builder.add_edge(node, "reduce")
     builder.add_edge("reduce", END)
     return builder.compile(checkpointer=saver)
 
@@ -412,13 +413,7 @@ FUNCTIONAL_TRANSFORM = Program(
 
 def fanout_renamed_v2(saver: Any) -> Any:
     """Version 2 of the fan-out with its node `work` renamed `research` too."""
-    builder = StateGraph(FanV2)
-    builder.add_node("research", lambda item, config: {"findings": [_research(item, config)]})
-    builder.add_node("reduce", lambda state: {"report": "+".join(state["findings"])})
-    builder.add_conditional_edges(START, lambda state: [Send("research", {"topic": t}) for t in state["topics"]], ["research"])
-    builder.add_edge("research", "reduce")
-    builder.add_edge("reduce", END)
-    return builder.compile(checkpointer=saver)
+    return fanout_v2(saver, node="research")
 
 
 FANOUT_RENAMED = Program(
