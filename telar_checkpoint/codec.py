@@ -322,7 +322,6 @@ class CheckpointCodec:
             raise CheckpointDroppedError(thread_id, checkpoint_ns, checkpoint_id, reason)
         return entry
 
-
     def checkpoint_tuple(self, thread_id: str, entry: Entry, config: RunnableConfig | None = None) -> CheckpointTuple:
         """LangGraph's tuple of `entry`; its config is `config` when given (as LangGraph's savers
         return the caller's config when it named the checkpoint), else the checkpoint's own."""
@@ -393,6 +392,7 @@ def listed(history: History, matches: Callable[[Entry], bool], limit: int | None
     length when the entries stand in id order, see `History.newest`)."""
     found = (e for e in history.newest() if matches(e))
     return list(found if limit is None else islice(found, max(limit, 0)))
+
 
 def _changed(record: CheckpointRecord, history: History) -> list[str]:
     """The channels whose version differs from the parent checkpoint's (all, with no parent stored):

@@ -258,6 +258,14 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             history = yield call(self._parsed, self._aparsed, thread_id, version, text, version_after)
         return history if self._schema_threads is None else self._schema_threads.read(thread_id, history)
 
+    def _schema_first_write(self, thread_id: str) -> Steps[None] | None:
+        """With a schema, before this saver's first write of a thread: the steps that bring it to
+        the schema's version (`SchemaThreads.write_steps`); None when there is nothing to do."""
+        threads = self._schema_threads
+        if threads is None or not threads.before_write(thread_id):
+            return None
+        return threads.write_steps(self, thread_id, self._history_steps(thread_id))
+
     def _forget_schema(self, thread_id: str) -> None:
         if self._schema_threads is not None:
             self._schema_threads.forget(thread_id)
@@ -398,15 +406,15 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, change = self._prepared_put(config, checkpoint, metadata, new_versions)
-        if self._schema_threads is not None and self._schema_threads.before_write(thread_id):
-            run(self._schema_threads.write_steps(self, thread_id))
+        if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
+            run(upgrading)
         self._writer.write(thread_id, change)
         return checkpoint_config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, change = self._prepared_writes(config, writes, task_id, task_path)
-        if self._schema_threads is not None and self._schema_threads.before_write(thread_id):
-            run(self._schema_threads.write_steps(self, thread_id))
+        if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
+            run(upgrading)
         self._writer.write(thread_id, change)
 
     def delete_thread(self, thread_id: str) -> None:
@@ -467,15 +475,15 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, change = self._prepared_put(config, checkpoint, metadata, new_versions)
-        if self._schema_threads is not None and self._schema_threads.before_write(thread_id):
-            await arun(self._schema_threads.write_steps(self, thread_id))
+        if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
+            await arun(upgrading)
         await self._writer.awrite(thread_id, change)
         return checkpoint_config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, change = self._prepared_writes(config, writes, task_id, task_path)
-        if self._schema_threads is not None and self._schema_threads.before_write(thread_id):
-            await arun(self._schema_threads.write_steps(self, thread_id))
+        if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
+            await arun(upgrading)
         await self._writer.awrite(thread_id, change)
 
     async def adelete_thread(self, thread_id: str) -> None:

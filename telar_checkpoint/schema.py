@@ -737,7 +737,6 @@ def stamped(thread_id: str | None, schema: Schema, values: ValueCodec, old: str 
     return old if new is None else new
 
 
-
 class SchemaThreads:
     """What a saver made with `schema=` keeps: the histories it read, upgraded in memory (beside
     the writer's caches, never in them: the stored text is not changed by a read), and the
@@ -768,12 +767,14 @@ class SchemaThreads:
         """Whether the saver must bring the thread to the schema's version before it writes it."""
         return thread_id not in self._current
 
-    def write_steps(self, saver: TelarSaver, thread_id: str) -> Steps[None]:
+    def write_steps(self, saver: TelarSaver, thread_id: str, reading: Steps[History]) -> Steps[None]:
         """Before the saver's first write of a thread: the thread brought to the schema's version
-        (one `rewrite`), or refused when it is newer. A thread seen at that version is not read again."""
+        (one `rewrite`), or refused when it is newer. `reading`: the saver's read of the thread,
+        which goes through `read` (so refuses a newer thread and notes a current one). A thread
+        seen at that version is not read again."""
         if len(self._current) > self.CURRENT_KEPT:
             self._current.clear()
-        yield from saver._history_steps(thread_id)  # refuses a newer thread; notes a current one
+        yield from reading
         if thread_id not in self._current:
             change = partial(stamped, thread_id, self.schema, self.codec.values)
             yield call(saver.rewrite, saver.arewrite, thread_id, change)
@@ -782,6 +783,7 @@ class SchemaThreads:
     def forget(self, thread_id: str) -> None:
         """The thread was deleted or pruned: read it again before its next write."""
         self._current.discard(thread_id)
+
 
 # --- offline: every thread of a store -------------------------------------------
 
