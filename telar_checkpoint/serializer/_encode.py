@@ -60,12 +60,8 @@ def to_jsonable(obj: Any) -> Any:
         return _encode_unsafe_str(obj)
     if t is dict:
         return _encode_dict(obj)
-    if t is list:  # as `_encode_list` does, without its call
-        return [
-            item if (t := type(item)) is str and item.isascii() and "\x00" not in item
-            else to_jsonable(item) if (encode := _encoder_of(t)) is None else encode(item)
-            for item in obj
-        ]  # fmt: skip
+    if t is list:
+        return _encode_list(obj)
     if t is int:
         return obj if INT_MIN <= obj <= INT_MAX else _encode_big_int(obj)
     if t is float:
@@ -480,7 +476,7 @@ _PLAIN_STR = "type(v) is str and v.isascii() and '\\x00' not in v"
 
 
 # `v` as `to_jsonable` writes it, an ASCII str without NUL inline
-_INLINE = "v if type(v) is str and v.isascii() and '\\x00' not in v else to_jsonable(v)"
+_INLINE = f"v if {_PLAIN_STR} else to_jsonable(v)"
 
 
 def _leaf(target: str, indent: str) -> list[str]:
