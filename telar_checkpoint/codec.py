@@ -115,7 +115,7 @@ class CheckpointCodec:
             self._writes_of(record) if record.writes else [],
         )
 
-    def _line(self, prepared: PreparedRecord, history: History | None = None) -> tuple[CheckpointLine, dict[str, bytes]]:
+    def _line(self, prepared: PreparedRecord, history: History | None = None) -> tuple[CheckpointLine, dict[str, tuple[bytes, int, int]]]:
         """The record's line, list channels that only grew since the parent stored as what they
         added; and the JSON text of the whole lists compared on the way (`Entry.take_list_json`)."""
         record = prepared.record
@@ -131,7 +131,7 @@ class CheckpointCodec:
 
     def _values(
         self, channel_values: dict[str, Any], encoded: dict[str, Any], versions: dict[str, Any], parent: Entry | None
-    ) -> tuple[dict[str, Any], dict[str, list[Any]], dict[str, bytes]]:
+    ) -> tuple[dict[str, Any], dict[str, list[Any]], dict[str, tuple[bytes, int, int]]]:
         """Encoded values, the list channels that only grew since `parent` (as the items added),
         and the JSON text of the lists compared with the parent's.
 
@@ -222,7 +222,8 @@ class CheckpointCodec:
         self, history: History, record: CheckpointRecord | PreparedRecord, max_history: int | None = None
     ) -> tuple[History, Edit]:
         """`history` with `record` put (see `rules.Put`), and the edit of its string."""
-        check_max_history(max_history)
+        if max_history is not None:
+            check_max_history(max_history)
         prepared = record if isinstance(record, PreparedRecord) else self.prepare(record, _changed(record, history))
         line, lists = self._line(prepared, history)
         put = Put(line, prepared.writes, lists, max_history)
@@ -411,9 +412,9 @@ def _run_id(entry: Entry) -> str | None:
     return run_id if isinstance(run_id, str) else None
 
 
-def _appended(values: dict[str, Any], parent: Entry) -> tuple[dict[str, list[Any]], dict[str, bytes]]:
+def _appended(values: dict[str, Any], parent: Entry) -> tuple[dict[str, list[Any]], dict[str, tuple[bytes, int, int]]]:
     """The list channels that only grew since `parent`: moved out of `values`, as the items
-    added; and the JSON text of each list compared.
+    added; and the JSON text, length and depth (`Entry.depth`) of each list compared.
 
     Compared as JSON text, so that a change of type (1 to 1.0 or true) is never taken for no
     change. A list's text is ``[`` and its items' texts joined by ``,`` then ``]``, and an
@@ -423,16 +424,21 @@ def _appended(values: dict[str, Any], parent: Entry) -> tuple[dict[str, list[Any
     """
     appended, lists = {}, {}
     for channel, value in values.items():
-        if type(value) is not list or not value or not parent.has(channel):
+        if type(value) is not list or not value:
             continue
-        before = parent.value(channel)
-        if type(before) is not list or not 0 < len(before) <= len(value) or parent.depth(channel) >= MAX_CHAIN:
+        kept = parent.take_list_json(channel)
+        if kept is None:
             continue
-        text, prefix = orjson.dumps(value), parent.take_list_json(channel)
-        lists[channel] = text
+        prefix, count, depth = kept
+        if not 0 < count <= len(value) or depth >= MAX_CHAIN:
+            continue
+        text = orjson.dumps(value)
         end = len(prefix) - 1  # where the parent's "]" is
         if text.startswith(prefix[:end]) and text[end : end + 1] in (b",", b"]"):
-            appended[channel] = value[len(before) :]
+            appended[channel] = value[count:]
+            lists[channel] = (text, len(value), depth + 1)
+        else:
+            lists[channel] = (text, len(value), 0)  # stored whole
     for channel in appended:
         del values[channel]
     return appended, lists

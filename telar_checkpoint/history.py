@@ -65,7 +65,7 @@ class Entry:
     writes: dict[WriteKey, Write] = field(default_factory=dict)
     base: Entry | None = None
     _full: dict[str, Any] = field(default_factory=dict)
-    _json: dict[str, bytes] = field(default_factory=dict)  # list channel -> its whole list as JSON (a memo)
+    _json: dict[str, tuple[bytes, int, int]] = field(default_factory=dict)  # list channel -> (its JSON, length, depth): a memo
     _depths: dict[str, int] = field(default_factory=dict)  # channel -> `depth` (a memo; it follows `base`)
 
     def has(self, channel: str) -> bool:
@@ -105,16 +105,19 @@ class Entry:
             self._full[channel] = full
         return full
 
-    def take_list_json(self, channel: str) -> bytes:
-        """The JSON text of the (list) value of `channel`, as `orjson.dumps` writes it: the one
-        kept by `keep_list_json`, handed over (only the newest entry keeps it, so memory stays
-        O(state)), or made now."""
-        text = self._json.pop(channel, None)
-        return orjson.dumps(self.value(channel)) if text is None else text
+    def take_list_json(self, channel: str) -> tuple[bytes, int, int] | None:
+        """The JSON text of the (list) value of `channel`, as `orjson.dumps` writes it, its length
+        and the entry's `depth` there: kept by `keep_list_json` and handed over (only the newest
+        entry keeps it, so memory stays O(state)), or made now; None when it holds no list there."""
+        kept = self._json.pop(channel, None)
+        if kept is not None or not self.has(channel):
+            return kept
+        value = self.value(channel)
+        return (orjson.dumps(value), len(value), self.depth(channel)) if type(value) is list else None
 
-    def keep_list_json(self, texts: dict[str, bytes]) -> None:
-        """Keep the JSON text of list channels (made by the put that wrote this entry) for the
-        next put of the namespace, which compares its own lists with them."""
+    def keep_list_json(self, texts: dict[str, tuple[bytes, int, int]]) -> None:
+        """Keep the JSON text, length and depth of list channels (made by the put that wrote this
+        entry) for the next put of the namespace, which compares its own lists with them."""
         self._json.update(texts)
 
     def depth(self, channel: str) -> int:
@@ -440,17 +443,25 @@ class History:
         one was updated in place.
 
         `keep_finished_calls`: see `finished_calls`."""
-        key = (line.ns, line.id)
+        ns, parent = line.ns, line.parent
+        key = (ns, line.id)
         in_place = key in self.entries
-        if line.parent == line.id or ((in_place or key in self._awaited) and self._would_cycle(line)):
-            raise UsageError(f"checkpoint {line.id} cannot be its own ancestor (its parent is {line.parent})")
-        head = self.latest(line.ns)  # before this put
+        if parent == line.id or ((in_place or key in self._awaited) and self._would_cycle(line)):
+            raise UsageError(f"checkpoint {line.id} cannot be its own ancestor (its parent is {parent})")
+        head = self.latest(ns)  # before this put
         self._add_line(line)
-        target = self._writes_for(key) if writes else {}
-        for task_writes in writes:
-            merge_writes(target, task_writes)
-        replaced = not in_place and bool(self._replace_for(line, head))
-        finished = bool(self._drop_finished_calls(keep_finished_calls))
+        if writes:
+            target = self._writes_for(key)
+            for task_writes in writes:
+                merge_writes(target, task_writes)
+        # Only a run that moves on, other than from the head it forked nothing from, can leave a
+        # branch behind (`_replace_for`'s common case, tested here: on every put).
+        replaced = (
+            not in_place and parent is not None and line.metadata.get("source") in _MOVES_ON
+            and not (head is not None and head.line.id == parent and head.line.metadata.get("source") not in _FORKS)
+            and bool(self._replace_for(line, head))
+        )
+        finished = bool(self._calls) and bool(self._drop_finished_calls(keep_finished_calls))
         return in_place or replaced or finished
 
     def add_writes(self, line: WritesLine) -> WritesLine | None:

@@ -33,8 +33,10 @@ class _Recent:
                 self._items.move_to_end(thread_id)
             return cached
 
-    def _put(self, thread_id: str, tag: Hashable, history: History) -> None:
-        if self.size <= 0:
+    def keep(self, thread_id: str | None, tag: Hashable | None, history: History) -> None:
+        """Remember that the thread's `tag` (its text, or the store's version of it) stands for
+        `history`, which nobody may change any more (a None thread or tag: nothing to remember)."""
+        if thread_id is None or tag is None or self.size <= 0:
             return
         with self._lock:
             self._items[thread_id] = (tag, history)
@@ -66,11 +68,6 @@ class ParseCache(_Recent):
         self.keep(thread_id, text, history)
         return history
 
-    def keep(self, thread_id: str | None, text: str, history: History) -> None:
-        """Remember that `text` parses to `history` (which nobody may change any more)."""
-        if thread_id is not None:
-            self._put(thread_id, text, history)
-
 
 class VersionedHistories(_Recent):
     """Parsed histories keyed by the store's version of each thread (see `Store.version`).
@@ -86,7 +83,3 @@ class VersionedHistories(_Recent):
 
     latest = _Recent._get
     """The last (version, history) kept for the thread, current or not (on every write: no layer of its own)."""
-
-    def keep(self, thread_id: str, version: Hashable | None, history: History) -> None:
-        if version is not None:
-            self._put(thread_id, version, history)

@@ -59,12 +59,12 @@ def edited(stored: str | None, edit: Edit) -> str:
 @dataclass(slots=True)
 class Put:
     """Store a checkpoint line, with its tasks' writes (a `WritesLine` a task);
-    `lists`: the JSON text of its list channels, kept for the next put to compare with;
+    `lists`: the JSON text, length and depth of its list channels, kept for the next put to compare with;
     then keep the last `max_history` checkpoints of each namespace (None: all)."""
 
     line: CheckpointLine
     writes: Sequence[WritesLine] = ()
-    lists: dict[str, bytes] | None = None
+    lists: dict[str, tuple[bytes, int, int]] | None = None
     max_history: int | None = None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -285,12 +285,17 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def _put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> tuple[str, PutCheckpoint]:
-        """The put as a change, its values encoded now, before it waits its turn (see `PreparedRecord`)."""
-        thread_id, ns = _thread_and_ns(config)
-        parent = get_checkpoint_id(config)
-        meta = _metadata(config, metadata)
-        prepared = self.codec.prepare(CheckpointRecord(checkpoint, cast(CheckpointMetadata, meta), ns, parent), new_versions)
-        terms = metadata_terms(prepared.metadata) if self._index.indexed is not None else None  # of the metadata stored
+        """The put as a change, its values encoded now, before it waits its turn (see `PreparedRecord`).
+        When it fails for an argument of the wrong type, the error says which (on the error path only)."""
+        try:
+            thread_id, ns = _thread_and_ns(config)
+            meta = _metadata(config, metadata)
+            record = CheckpointRecord(checkpoint, meta, ns, config["configurable"].get("checkpoint_id"))  # type: ignore[arg-type]  # plain metadata
+            prepared = self.codec.prepare(record, new_versions)
+            terms = metadata_terms(prepared.metadata) if self._index.indexed is not None else None  # of the metadata stored
+        except (TypeError, AttributeError, KeyError):
+            explain(TelarSaver.put, {"config": config, "checkpoint": checkpoint, "metadata": metadata, "new_versions": new_versions})
+            raise
         return thread_id, PutCheckpoint(self.codec, prepared, self.max_history, terms)
 
     def _writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> tuple[str, PutWrites]:
@@ -307,16 +312,6 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def _delta(self, config: RunnableConfig, history: History, channels: Sequence[str]) -> dict[str, DeltaChannelHistory]:
         thread_id, ns = _thread_and_ns(config)
         return self.codec.delta_history(thread_id, history, ns, get_checkpoint_id(config), channels)
-
-    def _prepared_put(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
-    ) -> tuple[str, PutCheckpoint]:
-        """`_put`, saying which argument was of the wrong type when it fails for one (on the error path only)."""
-        try:
-            return self._put(config, checkpoint, metadata, new_versions)
-        except (TypeError, AttributeError, KeyError):
-            explain(TelarSaver.put, {"config": config, "checkpoint": checkpoint, "metadata": metadata, "new_versions": new_versions})
-            raise
 
     def _prepared_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
@@ -405,11 +400,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        thread_id, change = self._prepared_put(config, checkpoint, metadata, new_versions)
+        thread_id, change = self._put(config, checkpoint, metadata, new_versions)
         if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
             run(upgrading)
         self._writer.write(thread_id, change)
-        return checkpoint_config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
+        return checkpoint_config(thread_id, change.prepared.record.checkpoint_ns, checkpoint["id"])
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, change = self._prepared_writes(config, writes, task_id, task_path)
@@ -474,11 +469,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     async def aput(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        thread_id, change = self._prepared_put(config, checkpoint, metadata, new_versions)
+        thread_id, change = self._put(config, checkpoint, metadata, new_versions)
         if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
             await arun(upgrading)
         await self._writer.awrite(thread_id, change)
-        return checkpoint_config(thread_id, change.prepared.record.checkpoint_ns, change.prepared.record.id)
+        return checkpoint_config(thread_id, change.prepared.record.checkpoint_ns, checkpoint["id"])
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, change = self._prepared_writes(config, writes, task_id, task_path)

@@ -57,7 +57,13 @@ def run(steps: Steps[R]) -> R:
             except StopIteration as stop:
                 result: R = stop.value
                 return result
-            reply, error = (None, None) if isinstance(step, Emit) else _made(step)  # what it emits goes unread
+            if isinstance(step, Emit):  # what it emits goes unread
+                reply, error = None, None
+                continue
+            try:  # (`_made`, inline: every write runs this loop)
+                reply, error = step.sync(*step.args, **step.kwargs), None
+            except BaseException as exc:
+                reply, error = None, exc
     finally:
         steps.close()
 

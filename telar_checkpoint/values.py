@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -43,10 +43,12 @@ class ValueCodec:
         self.allowlist = tuple(allowlist)
         self._json = serde if isinstance(serde, JsonValueSerializer) else None
         self._load = guarded(serde, self.allowlist)  # reads $serde values: refuses types not allowed
+        # One value as JSON-compatible data: the JSON serializer's own method when it has one
+        # (no call of ours on the way: every put encodes its changed channels through it).
+        self.encode: Callable[[Any], Any] = self._json.to_jsonable if self._json is not None else self._encode_bytes
 
-    def encode(self, value: Any) -> Any:
-        if self._json is not None:
-            return self._json.to_jsonable(value)
+    def _encode_bytes(self, value: Any) -> Any:
+        """`value` through a serializer of bytes, stored as ``{"$serde": [type, base64]}``."""
         try:
             type_, data = self.serde.dumps_typed(value)
         except Exception as exc:  # the serializer's own error, whatever its class

@@ -67,13 +67,13 @@ class WriterLocks:
         self._guard = threading.Lock()
 
     def sync(self, thread_id: str) -> Turns:
-        """The turns sync writers of `thread_id` take (``with``) while they write."""
+        """The turns sync writers of `thread_id` take (``with turns.lock``) while they write."""
         if self._pid != _pid:  # forked: the parent's turns (and what held them) are not ours
             self._reset()
         return self._sync[hash(thread_id) % len(self._sync)]  # (`stripe`, inline: on every write)
 
     def async_(self, thread_id: str) -> AsyncTurns:
-        """The turns async writers of `thread_id` in the running event loop take (``async with``)."""
+        """The turns async writers of `thread_id` in the running event loop take (``async with turns.lock``)."""
         if self._pid != _pid:
             self._reset()
         loop = asyncio.get_running_loop()
@@ -136,44 +136,28 @@ class carrying:  # (lower case, as `contextlib.suppress`: it reads as `with carr
 
 
 class _Stripe:
-    """What a stripe of writers shares: its lock, each thread's `Batch` waiting for a
-    writer (used under the lock), and the kind of event a batch's writers wait on."""
+    """What a stripe of writers shares: its `lock` (held with ``with`` or ``async with`` while a
+    writer writes), each thread's `Batch` waiting for a writer (used under the lock), and the
+    kind of event a batch's writers wait on."""
 
     def __init__(self, lock: Any, event: Callable[[], Any]) -> None:
-        self._lock = lock
+        self.lock = lock
         self.event = event
         self.batches: dict[str, Batch] = {}
 
 
 class Turns(_Stripe):
-    """The lock sync writers of a stripe take in turn."""
+    """The turns of sync writers of a stripe: a `threading.Lock`."""
 
     def __init__(self) -> None:
         super().__init__(threading.Lock(), threading.Event)
 
-    def __enter__(self) -> Turns:
-        self._lock.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-
-    def locked(self) -> bool:
-        return bool(self._lock.locked())
-
 
 class AsyncTurns(_Stripe):
-    """`Turns` for coroutines of one event loop."""
+    """The turns of the coroutines of one event loop: an `asyncio.Lock`."""
 
     def __init__(self) -> None:
         super().__init__(asyncio.Lock(), asyncio.Event)
-
-    async def __aenter__(self) -> AsyncTurns:
-        await self._lock.acquire()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._lock.release()
 
 
 class Lingers:

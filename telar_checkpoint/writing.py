@@ -155,8 +155,9 @@ class Writer:
         in one store write. The store's group commit makes appends durable: one flush
         serves every writer whose append came before it."""
         turns = self.locks.sync(thread_id)
-        with turns:
-            linger = self.lingers.wrote(thread_id, writes=isinstance(change, PutWrites))
+        with turns.lock:
+            # (a store where lingering does not pay learns nothing: `Lingers.wrote` is not called)
+            linger = self.lingers.wrote(thread_id, writes=isinstance(change, PutWrites)) if self.lingers.limit else 0.0
             joined = self._join(turns, thread_id, change) if linger else None
             if joined is None:
                 carried, lines = self._take(turns, thread_id, change)
@@ -167,7 +168,7 @@ class Writer:
             return
         done = cast(threading.Event, joined.done)
         if not done.wait(linger):
-            with turns:
+            with turns.lock:
                 mine = turns.batches.get(thread_id) is joined  # nobody came: write it ourselves
                 if mine:
                     carried, lines = self._take(turns, thread_id, None)
@@ -180,8 +181,8 @@ class Writer:
     async def awrite(self, thread_id: str, change: Change) -> None:
         """`write`, for coroutines of one event loop."""
         turns = self.locks.async_(thread_id)
-        async with turns:
-            linger = self.lingers.wrote(thread_id, writes=isinstance(change, PutWrites))
+        async with turns.lock:
+            linger = self.lingers.wrote(thread_id, writes=isinstance(change, PutWrites)) if self.lingers.limit else 0.0
             joined = self._join(turns, thread_id, change) if linger else None
             if joined is None:
                 carried, lines = self._take(turns, thread_id, change)
@@ -194,7 +195,7 @@ class Writer:
         try:
             await asyncio.wait_for(adone.wait(), linger)
         except asyncio.TimeoutError:
-            async with turns:
+            async with turns.lock:
                 mine = turns.batches.get(thread_id) is joined
                 if mine:
                     carried, lines = self._take(turns, thread_id, None)
@@ -276,7 +277,7 @@ class Writer:
         left to time out."""
         store, versioned, deferred, indexed = self.store, self.versioned, self.deferred, self.index.indexed
         terms = change.terms if isinstance(change, (PutCheckpoint, RewriteThread)) else None
-        with carrying(carried):
+        try:  # (not `with carrying(carried)`: no call of ours when no batch is carried, on every write)
             if lines is not None and versioned is not None:
                 version, history, suffix = lines
                 if terms and indexed is not None and (new := self.index.new_terms(thread_id, terms)):
@@ -300,6 +301,10 @@ class Writer:
                 yield call(store.update, store.aupdate, thread_id, applied)
             else:
                 self.kept(thread_id, *(yield call(versioned.update_versioned, versioned.aupdate_versioned, thread_id, applied)))
+        except BaseException as exc:
+            if carried is not None:  # its writers get this write's error
+                carried.finish(exc)
+            raise
         return False
 
     def _flush_steps(self, thread_id: str, carried: Batch | None, unflushed: bool) -> Steps[None]:

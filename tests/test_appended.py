@@ -30,7 +30,9 @@ def added(before: list[Any], after: list[Any]) -> list[Any] | None:
     values = {"log": list(after)}
     appended, lists = _appended(values, parent_with(before))
     if len(before) <= len(after):
-        assert lists["log"] == orjson.dumps(after)  # kept for the next put
+        text, length, depth = lists["log"]  # kept for the next put
+        assert (text, length) == (orjson.dumps(after), len(after))
+        assert depth == (1 if "log" in appended else 0)  # a line that extends its parent's list is one deeper
     return appended.get("log")
 
 

@@ -30,7 +30,9 @@ def meta(step: int) -> dict:
 
 
 def lingering(saver: TelarSaver, seconds: float) -> None:
-    """Make every put_writes of `saver` linger `seconds` (the real linger is learned)."""
+    """Make every put_writes of `saver` linger `seconds` (the real linger is learned; a store that
+    does not carry writes has a limit of 0, and its writer then does not ask)."""
+    saver._writer.lingers.limit = seconds
     saver._writer.lingers.wrote = lambda thread_id, *, writes: seconds if writes else 0.0  # type: ignore[method-assign]
 
 
@@ -208,7 +210,7 @@ def test_a_forked_child_neither_waits_on_nor_carries_its_parents_writers(tmp_pat
     lingering(saver, 30.0)
     writer = started(saver, first["id"], "parent-task", 1)
     turns = saver._writer.locks.sync("t")
-    turns.__enter__()
+    turns.lock.acquire()
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -221,7 +223,7 @@ def test_a_forked_child_neither_waits_on_nor_carries_its_parents_writers(tmp_pat
     try:
         code = child_exit_code(pid, "the forked child waited on a turn its parent held at the fork")
     finally:
-        turns.__exit__(None, None, None)
+        turns.lock.release()
     assert code == 0, "the child carried its parent's pending writes"
     saver.put(config(checkpoint_id=first["id"]), empty_checkpoint(), meta(0), {})
     writer.join(10)

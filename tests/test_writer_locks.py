@@ -58,7 +58,7 @@ def test_writers_of_a_thread_take_turns_in_threads_and_coroutines() -> None:
 
     def work() -> None:
         for _ in range(200):
-            with locks.sync("a"):
+            with locks.sync("a").lock:
                 inside[0] += 1
                 most[0] = max(most[0], inside[0])
                 inside[0] -= 1
@@ -72,7 +72,7 @@ def test_writers_of_a_thread_take_turns_in_threads_and_coroutines() -> None:
 
     async def main() -> int:
         async def one() -> None:
-            async with locks.async_("a"):
+            async with locks.async_("a").lock:
                 inside[0] += 1
                 most[0] = max(most[0], inside[0])
                 await asyncio.sleep(0)
