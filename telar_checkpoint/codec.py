@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint._compat import writes_sort_key
-from telar_checkpoint.compaction import MAX_CHAIN
+from telar_checkpoint.compaction import MAX_CHAIN, Edit, edited
 from telar_checkpoint.errors import CheckpointDroppedError, UsageError
 from telar_checkpoint.format import (
     OWN_CHECKPOINT_FIELDS,
@@ -39,7 +39,7 @@ from telar_checkpoint.format import (
     write_checkpoint,
 )
 from telar_checkpoint.history import Entry, History
-from telar_checkpoint.rules import AddWrites, Edit, KeepLatest, Operation, Put, Remove, Trim, apply, edited
+from telar_checkpoint.rules import AddWrites, KeepLatest, Operation, Put, Remove, Trim, apply
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.values import ValueCodec
 

@@ -1,12 +1,24 @@
 """The storage policy: when a history's string is appended to and when it is written whole.
 
-Appending is the fast path (a store appends without reading), but what an append leaves
-behind costs every later reader: lines a floor trimmed stay in the string, and a value
-that extends or repeats its parent's is read through it. These bounds say how much of
-that a string may hold before a rewrite makes it canonical again.
+Every change of a history ends here (`rules.apply`): given the history it made and the lines
+it adds, `edit` says what the store must do, `Append(lines)` or `Rewrite(text)`. A change
+that drops or updates a stored line must rewrite; so must a string that is not canonical
+(`History.must_rewrite`). Appending is the fast path (a store appends without reading), but
+what an append leaves behind costs every later reader: lines a floor trimmed stay in the
+string, and a value that extends or repeats its parent's is read through it. The bounds
+below say how much of that a string may hold before a rewrite makes it canonical again.
+Pure, as the rules are: edits are values, and nothing here does I/O.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from telar_checkpoint.format import DroppedLine
+    from telar_checkpoint.history import History, Key
 
 MAX_CHAIN = 64  # a value is written whole again after this many lines that extend or repeat it
 SLACK_LINES = 64  # trimming appends floors until the string holds 2x its live lines + this,
@@ -28,3 +40,61 @@ def floors_fit(
         and lines + new_floors <= 2 * needed_lines + SLACK_LINES
         and size <= 2 * needed_size + SLACK_SIZE
     )
+
+
+# --- edits: what a change does to the stored string ---------------------------------
+# Values: nothing changes one once it is made (plain slotted dataclasses, not frozen ones, by
+# convention only: a frozen dataclass's init costs twice as much, on every write).
+
+
+@dataclass(slots=True)
+class Append:
+    """Add these lines at the end of the string (none: the string stays as it is)."""
+
+    lines: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The lines, each followed by a newline."""
+        return "\n".join(self.lines) + "\n" if self.lines else ""
+
+
+@dataclass(slots=True)
+class Rewrite:
+    """Replace the whole string with `text`."""
+
+    text: str
+
+
+Edit = Append | Rewrite
+
+
+def edited(stored: str | None, edit: Edit) -> str:
+    """The string `stored` after `edit`."""
+    if isinstance(edit, Rewrite):
+        return edit.text
+    if not edit.lines:
+        return stored or ""  # the very string given: a caller may tell "unchanged" by identity
+    return (stored or "") + edit.text
+
+
+def edit(history: History, lines: Sequence[str], *, rewrite: bool = False) -> Edit:
+    """What the store does for a change that made `history` and adds `lines` to its string:
+    append them, or write the string whole when the change dropped or updated a stored line
+    (`rewrite`) or the string is not canonical (`History.must_rewrite`)."""
+    if rewrite or history.must_rewrite:
+        return Rewrite(history.render())
+    history.count_appended(lines)
+    return Append(tuple(lines))
+
+
+def trimmed(history: History, cut: set[Key], before: dict[str, DroppedLine], lines: Sequence[str]) -> Edit:
+    """What the store does for a change that adds `lines` (already counted) and then trimmed
+    `cut` from `history` (whose `dropped` records were `before`): the lines and the floors that
+    trim the stored string as the history was trimmed, or a rewrite where only a rewrite can
+    say it, or the string would hold too much (`History.floor_lines`, `floors_fit`)."""
+    floors = history.floor_lines(cut, before)
+    if floors is None:
+        return Rewrite(history.render())
+    history.count_appended(floors)
+    return Append((*lines, *floors))

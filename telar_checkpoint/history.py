@@ -12,7 +12,7 @@ policy is `compaction`'s.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -715,7 +715,7 @@ class History:
                 link = link.base
         return size
 
-    def count_appended(self, lines: list[str]) -> None:
+    def count_appended(self, lines: Sequence[str]) -> None:
         """Count `lines`, appended to the string this history stands for."""
         self.line_count += len(lines)
         self.size += sum(map(len, lines)) + len(lines)  # each with its newline

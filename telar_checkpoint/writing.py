@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from typing import cast
 
 from telar_checkpoint.codec import CheckpointCodec, PreparedRecord
+from telar_checkpoint.compaction import Edit, Rewrite, edited
 from telar_checkpoint.errors import TelarError
 from telar_checkpoint.format import WritesLine
 from telar_checkpoint.history import History
 from telar_checkpoint.parse_cache import ParseCache, VersionedHistories
-from telar_checkpoint.rules import Edit, Rewrite, edited
 from telar_checkpoint.steps import Steps, arun, call, run
 from telar_checkpoint.stores.base import Store, Versioned
 from telar_checkpoint.stores.group_commit import DeferredAppends

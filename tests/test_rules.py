@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from telar_checkpoint.compaction import Append, Rewrite, edited
 from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, write_checkpoint, write_dropped, write_writes
 from telar_checkpoint.history import History
-from telar_checkpoint.rules import AddWrites, Append, KeepLatest, Operation, Put, Remove, Rewrite, Trim, apply, edited
+from telar_checkpoint.rules import AddWrites, KeepLatest, Operation, Put, Remove, Trim, apply
 
 
 def line(n: int, parent: int | None, source: str = "loop", ns: str = "") -> CheckpointLine:
