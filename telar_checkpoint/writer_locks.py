@@ -19,29 +19,17 @@ commit, one fsync) then serves both, and both return once it is durable.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
+from telar_checkpoint import forks
 from telar_checkpoint.errors import StoreError
 from telar_checkpoint.history import History
 
 STRIPES = 64
-
-_pid = os.getpid()  # this process's, kept current by a hook on fork: `os.getpid()` is a system call on every write
-
-
-def _forked() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
-
 
 def stripe(thread_id: str, stripes: int) -> int:
     """The stripe of `thread_id` among `stripes`."""
@@ -51,7 +39,7 @@ def stripe(thread_id: str, stripes: int) -> int:
 class WriterLocks:
     """A `threading.Lock` per stripe for sync writers, and an `asyncio.Lock` per stripe and
     event loop (`Turns`, `AsyncTurns`). A forked child starts
-    afresh, seen by its pid (noted on fork, `_forked`) as the stores see it: the parent's writers, their turns and their
+    afresh, seen by its pid (`forks.pid`) as the stores see it: the parent's writers, their turns and their
     batches are not the child's. (Two of the child's threads that both start afresh at once
     take turns apart for a moment, which costs a retry, never a write: the store's
     compare-and-append settles races, the turns only spare them.)"""
@@ -61,20 +49,20 @@ class WriterLocks:
         self._reset()
 
     def _reset(self) -> None:
-        self._pid = _pid
+        self._pid = forks.pid
         self._sync = [Turns() for _ in range(self._stripes)]
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[AsyncTurns]] = weakref.WeakKeyDictionary()
         self._guard = threading.Lock()
 
     def sync(self, thread_id: str) -> Turns:
         """The turns sync writers of `thread_id` take (``with turns.lock``) while they write."""
-        if self._pid != _pid:  # forked: the parent's turns (and what held them) are not ours
+        if self._pid != forks.pid:  # forked: the parent's turns (and what held them) are not ours
             self._reset()
         return self._sync[hash(thread_id) % len(self._sync)]  # (`stripe`, inline: on every write)
 
     def async_(self, thread_id: str) -> AsyncTurns:
         """The turns async writers of `thread_id` in the running event loop take (``async with turns.lock``)."""
-        if self._pid != _pid:
+        if self._pid != forks.pid:
             self._reset()
         loop = asyncio.get_running_loop()
         turns = self._async.get(loop)

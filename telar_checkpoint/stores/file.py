@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
 
+from telar_checkpoint import forks
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import ForeignDataError, StoreError, StoreFullError, UsageError
 from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store
@@ -85,8 +86,7 @@ def _forget_parents_files() -> None:
         store._forget_parents_files()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_parents_files)
+forks.in_child_after_fork(_forget_parents_files)
 
 
 class FileStore(Store, DeferredAppends, Indexed, SharedSpace):

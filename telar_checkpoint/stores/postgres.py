@@ -53,6 +53,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by simulating a missing driver
     raise ImportError(f"{exc}: PostgresStore needs psycopg; pip install 'telar-checkpoint[postgres]'") from exc
 
+from telar_checkpoint import forks
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import NoAsyncDriverError, NoStoreError, StoreError, UsageError
 from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store, Versioned
@@ -143,7 +144,7 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
         self._sql = _Queries(schema, table_prefix)
         self._ready = False
         self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._pid = forks.pid
         self._hot: dict[str, bytes] | None = None
         self._connections = Connections(self._connect, self.server, *self._limits)
         self._async_connections: PerLoop[AsyncConnections] = PerLoop(
@@ -168,10 +169,10 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
     def _check_pid(self) -> None:
         """In a forked child, start afresh: the parent's connections are its own (closing one
         from here would end it for the parent), so they are kept, never used nor closed."""
-        if self._pid != os.getpid():
+        if self._pid != forks.pid:
             INHERITED.append(self._connections)
             self._async_connections.forget()
-            self._pid, self._lock = os.getpid(), threading.Lock()
+            self._pid, self._lock = forks.pid, threading.Lock()
             self._connections = Connections(self._connect, self.server, *self._limits)
 
     # Operations, each written once as steps
@@ -307,7 +308,7 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
 
     def _lender(self) -> Connections:
         """The sync connections, once the tables are set up (in this process)."""
-        if self._pid != os.getpid():
+        if self._pid != forks.pid:
             self._check_pid()
         if not self._ready:
             with self._lock:
@@ -325,7 +326,7 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
         """The rows of one statement of `_Queries.hot`, run in autocommit: the path of the
         frequent operations, without the steps driver or context managers."""
         try:
-            lender = self._connections if self._ready and self._pid == os.getpid() else self._lender()
+            lender = self._connections if self._ready and self._pid == forks.pid else self._lender()
             conn = lender.get()
             try:
                 # Each hot statement returns rows (SELECT, or INSERT ... RETURNING).
@@ -350,7 +351,7 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
 
     async def _async_lender(self) -> AsyncConnections:
         """The running loop's connections, once the tables are set up."""
-        if self._pid != os.getpid():
+        if self._pid != forks.pid:
             self._check_pid()
         lender = await self._async_connections.get()
         if not self._ready:
@@ -370,7 +371,7 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
     async def _aone(self, name: str, params: tuple[Any, ...]) -> Rows:
         """`_one`, on the running loop's connections."""
         try:
-            lender = self._async_connections.current() if self._ready and self._pid == os.getpid() else None
+            lender = self._async_connections.current() if self._ready and self._pid == forks.pid else None
             if lender is None:
                 lender = await self._async_lender()
             conn = await lender.get()

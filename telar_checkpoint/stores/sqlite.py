@@ -43,6 +43,7 @@ from collections.abc import Collection, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from telar_checkpoint import forks
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import NoStoreError, StoreError
 from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store
@@ -140,7 +141,7 @@ class SQLiteStore(Store, DeferredAppends, Indexed, SharedSpace):
         self._idle: list[_Connection] = []  # connections no operation holds, most recent last
         self._generation = 0  # bumped by close(), so connections lent before it are closed on return
         self._lent: set[_Connection] = set()  # for a forked child, to tell whether a write was under way
-        self._pid = os.getpid()
+        self._pid = forks.pid
         self._ready = False
         self._commits = GroupCommit()
         self.synced_index = synced_index
@@ -156,8 +157,8 @@ class SQLiteStore(Store, DeferredAppends, Indexed, SharedSpace):
         per thread would open (and leak) one per invoke."""
         with self._errors():
             with self._lock:
-                if self._pid != os.getpid():  # forked: the parent's connections and locks are not ours
-                    self._pid, self._idle, self._lent = os.getpid(), [], set()
+                if self._pid != forks.pid:  # forked: the parent's connections and locks are not ours
+                    self._pid, self._idle, self._lent = forks.pid, [], set()
                     self._commit_lock, self._commits = threading.Lock(), GroupCommit()
                 conn = self._idle.pop() if self._idle else None
                 generation = self._generation
@@ -463,8 +464,7 @@ def _note_writes_under_way() -> None:
             _FORKED_MID_WRITE.add(os.path.realpath(store.path))
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_note_writes_under_way)
+forks.in_child_after_fork(_note_writes_under_way)
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
