@@ -299,29 +299,25 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return thread_id, PutCheckpoint(self.codec, prepared, self.max_history, terms)
 
     def _writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> tuple[str, PutWrites]:
-        """The writes as a change, their values encoded now, before it waits its turn."""
-        thread_id, ns = _thread_and_ns(config)
-        checkpoint_id = get_checkpoint_id(config)
-        if not checkpoint_id:
-            raise UsageError('put_writes needs a config with a "checkpoint_id" in "configurable": the one put returned')
-        if type(task_id) is not str or type(task_path) is not str:
-            check(TelarSaver.put_writes, {"task_id": task_id, "task_path": task_path})
-        items = [(WRITES_IDX_MAP.get(channel, i), channel, value) for i, (channel, value) in enumerate(writes)]
-        return thread_id, PutWrites(self.codec, WritesLine(ns, checkpoint_id, task_id, task_path, self.codec.encode_writes(items)))
+        """The writes as a change, their values encoded now, before it waits its turn. When it
+        fails for an argument of the wrong type, the error says which (on the error path only)."""
+        try:
+            thread_id, ns = _thread_and_ns(config)
+            checkpoint_id = get_checkpoint_id(config)
+            if not checkpoint_id:
+                raise UsageError('put_writes needs a config with a "checkpoint_id" in "configurable": the one put returned')
+            if type(task_id) is not str or type(task_path) is not str:
+                check(TelarSaver.put_writes, {"task_id": task_id, "task_path": task_path})
+            items = [(WRITES_IDX_MAP.get(channel, i), channel, value) for i, (channel, value) in enumerate(writes)]
+            line = WritesLine(ns, checkpoint_id, task_id, task_path, self.codec.encode_writes(items))
+        except (TypeError, AttributeError, KeyError):
+            explain(TelarSaver.put_writes, {"config": config, "writes": writes})
+            raise
+        return thread_id, PutWrites(self.codec, line)
 
     def _delta(self, config: RunnableConfig, history: History, channels: Sequence[str]) -> dict[str, DeltaChannelHistory]:
         thread_id, ns = _thread_and_ns(config)
         return self.codec.delta_history(thread_id, history, ns, get_checkpoint_id(config), channels)
-
-    def _prepared_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
-    ) -> tuple[str, PutWrites]:
-        """`_writes`, saying which argument was of the wrong type when it fails for one."""
-        try:
-            return self._writes(config, writes, task_id, task_path)
-        except (TypeError, AttributeError, KeyError):
-            explain(TelarSaver.put_writes, {"config": config, "writes": writes})
-            raise
 
     def rebuild_index(self) -> int:
         """Record the index terms of every thread the store holds, reading each once, then note
@@ -407,7 +403,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return checkpoint_config(thread_id, change.prepared.record.checkpoint_ns, checkpoint["id"])
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        thread_id, change = self._prepared_writes(config, writes, task_id, task_path)
+        thread_id, change = self._writes(config, writes, task_id, task_path)
         if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
             run(upgrading)
         self._writer.write(thread_id, change)
@@ -476,7 +472,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return checkpoint_config(thread_id, change.prepared.record.checkpoint_ns, checkpoint["id"])
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        thread_id, change = self._prepared_writes(config, writes, task_id, task_path)
+        thread_id, change = self._writes(config, writes, task_id, task_path)
         if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
             await arun(upgrading)
         await self._writer.awrite(thread_id, change)
