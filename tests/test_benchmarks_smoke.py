@@ -163,3 +163,13 @@ def test_ab_replicas_serve_a_thread_in_turn(tmp_path: Path) -> None:
     ab.main(["parse-cache-replicas", "--stores", "memory", "--runs", "1", "--turns", "2", "--out", str(tmp_path)])
     run = json.loads((tmp_path / "ab.json").read_text())["parse-cache-replicas"]["results"]["memory"]["runs"][0]
     assert run["B"] == "two replicas, no parse cache" and _number(run["effect"])
+
+
+def test_interleaving_times_the_put_and_its_two_parts() -> None:
+    from benchmarks import interleaving
+
+    result = interleaving.once(["InMemorySaver", "Telar/memory", "SqliteSaver"], rounds=3)
+    assert result["with"] == ["InMemorySaver", "Telar/memory", "SqliteSaver"]
+    figures = ("InMemorySaver_us", "Telar/memory_us", "ratio", "prepare_us", "write_us")
+    assert all(_number(result[key]) and result[key] > 0 for key in figures)
+    assert result["prepare_us"] < result["Telar/memory_us"]  # a part of the put, timed inside it
