@@ -229,30 +229,23 @@ class Writer:
     def _take(self, turns: Turns | AsyncTurns, thread_id: str, change: Change | None) -> tuple[Batch | None, _Lines | None]:
         """The thread's waiting batch (taken from the turns) and the lines to append for it and
         `change` (None: the batch alone), with the version they need and the history they make;
-        lines None: take the slow path. Nothing is asked of the store: `append_if` only appends
-        if the store is still at that version, so a stale history costs a retry."""
+        lines None: take the slow path (a rewrite, or no kept history). Nothing is asked of the
+        store: `append_if` only appends if the store is still at that version, so a stale history
+        costs a retry. An error of the change's edit leaves the batch for the next writer."""
         carried = turns.batches.get(thread_id)
-        lines = self._lines(thread_id, carried, change)  # an error leaves the batch for the next writer
+        lines: _Lines | None = None
+        if not isinstance(change, RewriteThread):
+            if carried is not None:
+                if carried.history is not None:
+                    lines = carried.version, carried.history, carried.text
+            elif (cached := self.histories.latest(thread_id)) is not None:
+                lines = cached[0], cached[1], ""
+            if lines is not None and change is not None:
+                version, history, text = lines
+                history, edit = change.edit(history)
+                lines = None if isinstance(edit, Rewrite) else (version, history, text + edit.text)
         turns.batches.pop(thread_id, None)
         return carried, lines
-
-    def _lines(self, thread_id: str, carried: Batch | None, change: Change | None) -> _Lines | None:
-        """What `_take` appends: None for the slow path (a rewrite, or no kept history)."""
-        if isinstance(change, RewriteThread):
-            return None
-        if carried is not None:
-            if carried.history is None:
-                return None
-            version, history, text = carried.version, carried.history, carried.text
-        else:
-            cached = self.histories.latest(thread_id)
-            if cached is None:
-                return None
-            version, history, text = cached[0], cached[1], ""
-        if change is None:
-            return version, history, text
-        history, edit = change.edit(history)
-        return None if isinstance(edit, Rewrite) else (version, history, text + edit.text)
 
     def _applied_all(self, thread_id: str, carried: Batch | None, change: Change | None) -> StringChange:
         """The carried batch's changes and this one, as one change of the stored string."""
