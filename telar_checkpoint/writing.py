@@ -156,8 +156,7 @@ class Writer:
         serves every writer whose append came before it."""
         turns = self.locks.sync(thread_id)
         with turns.lock:
-            # (a store where lingering does not pay learns nothing: `Lingers.wrote` is not called)
-            linger = self.lingers.wrote(thread_id, writes=isinstance(change, PutWrites)) if self.lingers.limit else 0.0
+            linger = self.lingers.wrote(thread_id, writes=isinstance(change, PutWrites))
             joined = self._join(turns, thread_id, change) if linger else None
             if joined is None:
                 carried, lines = self._take(turns, thread_id, change)
@@ -182,7 +181,7 @@ class Writer:
         """`write`, for coroutines of one event loop."""
         turns = self.locks.async_(thread_id)
         async with turns.lock:
-            linger = self.lingers.wrote(thread_id, writes=isinstance(change, PutWrites)) if self.lingers.limit else 0.0
+            linger = self.lingers.wrote(thread_id, writes=isinstance(change, PutWrites))
             joined = self._join(turns, thread_id, change) if linger else None
             if joined is None:
                 carried, lines = self._take(turns, thread_id, change)

@@ -44,8 +44,7 @@ class Model:
         self.saver, self.codec, self.text = saver, CheckpointCodec(), None
         self.n, self.ids, self.msgs = 0, {"": [], "child:a": [], "child:b": []}, []
         self.batched, self.lingering = batched, []  # put_writes threads not joined yet
-        if batched:  # (a store that does not carry writes has a linger limit of 0: its writer does not ask)
-            saver._writer.lingers.limit = 0.05
+        if batched:
             saver._writer.lingers.wrote = lambda thread_id, *, writes: 0.05 if writes else 0.0  # type: ignore[method-assign]
 
     def settled(self) -> None:

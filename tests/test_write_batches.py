@@ -30,9 +30,7 @@ def meta(step: int) -> dict:
 
 
 def lingering(saver: TelarSaver, seconds: float) -> None:
-    """Make every put_writes of `saver` linger `seconds` (the real linger is learned; a store that
-    does not carry writes has a limit of 0, and its writer then does not ask)."""
-    saver._writer.lingers.limit = seconds
+    """Make every put_writes of `saver` linger `seconds` (the real linger is learned)."""
     saver._writer.lingers.wrote = lambda thread_id, *, writes: seconds if writes else 0.0  # type: ignore[method-assign]
 
 
