@@ -454,13 +454,13 @@ class History:
             target = self._writes_for(key)
             for task_writes in writes:
                 merge_writes(target, task_writes)
-        # Only a run that moves on, other than from the head it forked nothing from, can leave a
-        # branch behind (`_replace_for`'s common case, tested here: on every put).
-        replaced = (
-            not in_place and parent is not None and line.metadata.get("source") in _MOVES_ON
-            and not (head is not None and head.line.id == parent and head.line.metadata.get("source") not in _FORKS)
-            and bool(self._replace_for(line, head))
-        )
+        # A run that moves on (a `loop` or `input` checkpoint whose parent is stored) leaves a
+        # branch behind unless it moves on from the head, which no fork made (the common case).
+        replaced = False
+        if not in_place and parent is not None and line.metadata.get("source") in _MOVES_ON:
+            from_head = head is not None and head.line.id == parent and head.line.metadata.get("source") not in _FORKS
+            if not from_head and (ns, parent) in self.entries:
+                replaced = bool(self._replace_for(line))
         finished = bool(self._calls) and bool(self._drop_finished_calls(keep_finished_calls))
         return in_place or replaced or finished
 
@@ -519,18 +519,11 @@ class History:
             yield cid
             cid = entry.line.parent
 
-    def _replace_for(self, line: CheckpointLine, head: Entry | None) -> set[Key]:
-        """When a run moves on (a `loop` or `input` checkpoint whose parent is stored), drop
-        every checkpoint of its namespace that branches off its path: the history is the
-        path that led to the current state (see docs/FORMAT.md, "Replacement")."""
+    def _replace_for(self, line: CheckpointLine) -> set[Key]:
+        """`line` moves a run on from a stored parent (see `put`): drop every checkpoint of its
+        namespace that branches off its path, as the history is the path that led to the
+        current state (see docs/FORMAT.md, "Replacement"); what went."""
         ns = line.ns
-        if line.source not in _MOVES_ON or line.parent is None:
-            return set()
-        parent = self.entries.get((ns, line.parent))
-        if parent is None:
-            return set()
-        if head is parent and parent.line.source not in _FORKS:
-            return set()  # it moves on from the head: nothing branches off (the common case)
         path = self.parent_chain(ns, line.id)
         on_path = set(path)
         oldest = self.entries[(ns, path[-1])].line
