@@ -1,11 +1,11 @@
-"""The compiled builder of a built-in model (`_classes._quick_constructor`) rebuilds exactly what
+"""The compiled builders of a built-in model (`_classes._quick_constructor`) rebuild exactly what
 the general builder does: same class, same field values (types, order), same fields set, extras
 and private state, and no container shared with the stored data.
 
-Its quick way is for the stored form the encoder writes for a message with every field set
-(every field, in field order, nothing else); any other form goes the general way. `reference`
-below is the rebuilt state written plainly (pydantic's own `model_construct` with the stored
-names as the fields set).
+A quick way is compiled for each stored form (the names stored, in their order) of the first
+`_MAX_FORMS` that name fields only, every required one among them; any other form goes the
+general way. `reference` below is the rebuilt state written plainly (pydantic's own
+`model_construct` with the stored names as the fields set).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 
 from telar_checkpoint import JsonSerializer
+from telar_checkpoint.errors import SerializationError
+from telar_checkpoint.serializer import _classes
 from telar_checkpoint.serializer._decode import make_decoder
 from telar_checkpoint.serializer._encode import to_jsonable
 from telar_checkpoint.serializer._registry import Allowlist
@@ -70,10 +72,8 @@ def test_messages_with_every_field_set_holding_any_value(value: Any) -> None:
         stored = to_jsonable(message)
         assert list(stored["$model"]["fields"]) == list(type(message).model_fields)  # the quick way's form
         check(stored)
-        serde = JsonSerializer(strict=False)
-        serde.from_jsonable(stored)
-        build = serde._allowlist.model_builders[stored["$model"]["class"]]
-        assert build.__qualname__ == "make.<locals>.build"  # the compiled builder
+        way = _classes._FORMS[(type(message), "$model")][tuple(stored["$model"]["fields"])]
+        assert way.__qualname__ == "make.<locals>.build"  # the form's compiled way
 
 
 @pytest.mark.parametrize(
@@ -125,3 +125,23 @@ def test_hostile_fields_are_refused_on_the_quick_way_as_on_the_general_way(field
         except Exception as exc:
             outcomes.append(f"{type(exc).__name__}: {exc}")
     assert outcomes[0] == outcomes[1]
+
+
+def test_forms_past_the_last_quick_way_and_forms_that_cannot_have_one_go_the_general_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_classes, "_FORMS", {})
+    full = to_jsonable(full_messages(1)[0])["$model"]["fields"]  # an AIMessage, every field stored
+    names = list(full)
+    forms = [{name: full[name] for name in names[:size]} for size in range(1, len(names) + 1)]
+    forms += [dict(reversed(list(form.items()))) for form in forms]  # as many again, reordered
+    for fields in forms:
+        check({"$model": {"class": "AIMessage", "fields": fields}})
+    ways = _classes._FORMS[(AIMessage, "$model")]
+    assert len(ways) == _classes._MAX_FORMS
+    seen = dict.fromkeys(each for form in forms for each in (tuple(form), tuple(reversed(form))))  # as `check` decodes
+    assert list(ways) == list(seen)[: _classes._MAX_FORMS]  # the first seen, and no more
+    tool = to_jsonable(ToolMessage("42", tool_call_id="c"))["$model"]["fields"]
+    without_required = {k: v for k, v in tool.items() if k != "tool_call_id"}
+    serde = JsonSerializer(strict=False)
+    with pytest.raises(SerializationError, match="tool_call_id"):
+        serde.from_jsonable({"$model": {"class": "ToolMessage", "fields": without_required}})
+    assert tuple(without_required) not in _classes._FORMS[(ToolMessage, "$model")]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import threading
 from collections.abc import Callable
 from enum import Enum, Flag
 from typing import Any
@@ -173,39 +174,84 @@ def _constructor(cls: type[pydantic.BaseModel], plan: _Restore, tag: str) -> _Bu
 
     if not plain_state:
         return build
-    return _quick_constructor(cls, new, allow_extra, tag, build)
+    return _quick_constructor(cls, new, plan, tag, build)
+
+
+_MAX_FORMS = 8  # quick ways per class, at most: a stored form beyond them goes the general way
+# The quick ways of each class (and tag), by stored form (the names stored, in their order);
+# shared by every decoder, as they depend on nothing else.
+_FORMS: dict[tuple[type, str], dict[tuple[str, ...], _Builder]] = {}
+_FORMS_LOCK = threading.Lock()
 
 
 def _quick_constructor(
-    cls: type[pydantic.BaseModel], new: Callable[[type], Any], allow_extra: bool, tag: str, general: _Builder
+    cls: type[pydantic.BaseModel], new: Callable[[type], Any], plan: _Restore, tag: str, general: _Builder
 ) -> _Builder:
-    """`general` with a quick way, inline, for the common stored form: every field, in field
-    order, and nothing else. Each field is read and decoded in that order (as `general` does),
-    an empty dict or list made without a call; the state is set as `general` sets it."""
-    names = list(cls.model_fields)
-    args: dict[str, Any] = {f"K{i}": name for i, name in enumerate(names)}
-    lines = [
-        "    def build(stored, dec):",
-        "        if list(stored) != NAMES:",
-        "            return general(stored, dec)",
-        f"        {''.join(f'v{i}, ' for i in range(len(names)))}= stored.values()",
-    ]
-    for i in range(len(names)):
+    """`general` with a quick way per stored form (the names stored, in their order) of the
+    first `_MAX_FORMS` seen that name fields only, every required one among them: the form the
+    encoder writes for each fields set a message has. A quick way is compiled for its form
+    (`_form_source`); any other form goes the general way."""
+    ways = _FORMS.setdefault((cls, tag), {})
+    fields = {name for name, _default, _kind in plan.order}
+    required = {name for name, _default, kind in plan.order if kind == _REQUIRED}
+
+    def learn(form: tuple[str, ...]) -> _Builder:
+        if len(ways) >= _MAX_FORMS or not fields.issuperset(form) or not required.issubset(form):
+            return general
+        with _FORMS_LOCK:
+            way = ways.get(form)
+            if way is None and len(ways) < _MAX_FORMS:
+                way = ways[form] = _form_way(cls, new, plan, tag, form)
+        return way or general
+
+    def build(stored: dict[str, Any], dec: Decode) -> Any:
+        form = tuple(stored)
+        way = ways.get(form)
+        return (way or learn(form))(stored, dec)
+
+    return build
+
+
+def _form_way(cls: type[pydantic.BaseModel], new: Callable[[type], Any], plan: _Restore, tag: str, form: tuple[str, ...]) -> _Builder:
+    """The quick way for stored fields named `form` (fields only, every required one):
+    each stored field read and decoded in stored order, as the general way does, an empty
+    dict or list made without a call; the fields not stored take their defaults as `_fill`
+    gives them; then the state is set as the general way sets it."""
+    args: dict[str, Any] = {}
+    lines = ["    def build(stored, dec):"]
+    if form:
+        lines.append(f"        {''.join(f'v{j}, ' for j in range(len(form)))}= stored.values()")
+    for j in range(len(form)):
         lines += [
-            f"        if type(v{i}) not in leaf:",
-            f"            if type(v{i}) is dict and not v{i}:",
-            f"                v{i} = {{}}",
-            f"            elif type(v{i}) is list and not v{i}:",
-            f"                v{i} = []",
+            f"        if type(v{j}) not in leaf:",
+            f"            if type(v{j}) is dict and not v{j}:",
+            f"                v{j} = {{}}",
+            f"            elif type(v{j}) is list and not v{j}:",
+            f"                v{j} = []",
             "            else:",
-            f"                v{i} = dec(v{i})",
+            f"                v{j} = dec(v{j})",
         ]
+    at = {name: j for j, name in enumerate(form)}
+    shown = []
+    for i, (name, default, kind) in enumerate(plan.order):
+        args[f"K{i}"] = name
+        if name in at:
+            shown.append(f"K{i}: v{at[name]}")
+        elif kind == _VALUE:
+            args[f"D{i}"] = default
+            shown.append(f"K{i}: D{i}")
+        elif kind == _FACTORY:
+            args[f"D{i}"] = default
+            shown.append(f"K{i}: {{}}" if default is dict else f"K{i}: []" if default is list else f"K{i}: D{i}()")
+        else:  # _COPY (a required field is always stored: see `learn`)
+            args[f"D{i}"] = default
+            shown.append(f"K{i}: deepcopy(D{i})")
     lines += [
-        f"        values = {{{', '.join(f'K{i}: v{i}' for i in range(len(names)))}}}",
         "        try:",
+        f"            values = {{{', '.join(shown)}}}",
         "            obj = new(cls)",
         "            set_fields_set(obj, set(stored))",
-        f"            set_extra(obj, {'{}' if allow_extra else 'None'})",
+        f"            set_extra(obj, {'{}' if plan.allow_extra else 'None'})",
         "            set_private(obj, None)",
         "            set_dict(obj, values)",
         "        except Exception as exc:  # the class refused the stored fields",
@@ -214,16 +260,15 @@ def _quick_constructor(
         "    return build",
     ]
     args.update(
-        NAMES=names, cls=cls, new=new, tag=tag, general=general, leaf=LEAF_TYPES,
-        refused=_refused, set_fields_set=_SET_FIELDS_SET, set_extra=_SET_EXTRA, set_private=_SET_PRIVATE,
-        set_dict=_SET_DICT,
+        cls=cls, new=new, tag=tag, leaf=LEAF_TYPES, refused=_refused, deepcopy=copy.deepcopy,
+        set_fields_set=_SET_FIELDS_SET, set_extra=_SET_EXTRA, set_private=_SET_PRIVATE, set_dict=_SET_DICT,
     )
     source = f"def make({', '.join(args)}):\n" + "\n".join(lines)
     namespace: dict[str, Any] = {}
-    # our own text: field names are arguments (K0, K1, ...), never code
+    # our own text: field names and defaults are arguments (K0, D0, ...), never code
     exec(source, namespace)  # noqa: S102
-    build: _Builder = namespace["make"](**args)
-    return build
+    way: _Builder = namespace["make"](**args)
+    return way
 
 
 def _refused(cls: type, tag: str, exc: Exception) -> SerializationError:
