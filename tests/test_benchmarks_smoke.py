@@ -173,3 +173,14 @@ def test_interleaving_times_the_put_and_its_two_parts() -> None:
     figures = ("InMemorySaver_us", "Telar/memory_us", "ratio", "prepare_us", "write_us")
     assert all(_number(result[key]) and result[key] > 0 for key in figures)
     assert result["prepare_us"] < result["Telar/memory_us"]  # a part of the put, timed inside it
+
+
+def test_calls_counts_the_functions_a_warm_put_enters() -> None:
+    from benchmarks import calls
+    from telar_checkpoint.stores.memory import MemoryStore
+
+    found = calls.counts(MemoryStore())
+    assert set(found) == {"put", "put_writes", "get_tuple"}
+    for functions, modules, entered in found.values():
+        assert 0 < modules <= functions <= entered
+    assert calls.entered(lambda: None) == (0, 0, 0)  # nothing of ours
