@@ -184,3 +184,18 @@ def test_calls_counts_the_functions_a_warm_put_enters() -> None:
     for functions, modules, entered in found.values():
         assert 0 < modules <= functions <= entered
     assert calls.entered(lambda: None) == (0, 0, 0)  # nothing of ours
+
+
+def test_put_floor_stores_one_exact_line_a_put() -> None:
+    from benchmarks import put_floor
+    from benchmarks.checkpoints import Chain, sample_messages
+
+    floor = put_floor.LineFloor()
+    chain = Chain(floor, "t")  # type: ignore[arg-type]  # a saver's put and get_next_version only
+    chat = sample_messages(2)
+    for step in range(3):
+        chain.put({"messages": chat, "step": step})
+    lines = [json.loads(text) for text in floor.lines["t"]]
+    assert [line["id"] for line in lines] == chain.ids
+    assert lines[-1]["values"]["messages"][1]["$model"]["fields"]["content"] == chat[1].content
+    assert all(_number(put_floor.median_put(name, 2, 3)) for name in put_floor.SAVERS)
