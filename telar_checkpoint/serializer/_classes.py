@@ -190,7 +190,7 @@ def _quick_constructor(
     """`general` with a quick way per stored form (the names stored, in their order) of the
     first `_MAX_FORMS` seen that name fields only, every required one among them: the form the
     encoder writes for each fields set a message has. A quick way is compiled for its form
-    (`_form_source`); any other form goes the general way."""
+    (`_form_way`); any other form goes the general way."""
     ways = _FORMS.setdefault((cls, tag), {})
     fields = {name for name, _default, _kind in plan.order}
     required = {name for name, _default, kind in plan.order if kind == _REQUIRED}
