@@ -21,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
 import orjson
@@ -30,6 +29,7 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.memory import InMemorySaver
 
 from benchmarks.checkpoints import Chain, sample_messages
+from benchmarks.workloads import timed
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.format import plain_metadata
 from telar_checkpoint.saver import _metadata, _thread_and_ns
@@ -77,9 +77,8 @@ def median_put(saver_name: str, messages: int, puts: int) -> float:
     times = []
     for step in range(puts):
         config, checkpoint, metadata, versions = chain.next({"messages": chat, "step": step})
-        start = time.perf_counter_ns()
-        stored = saver.put(config, checkpoint, metadata, versions)
-        times.append((time.perf_counter_ns() - start) / 1e3)
+        stored, seconds = timed(lambda: saver.put(config, checkpoint, metadata, versions))
+        times.append(seconds * 1e6)
         chain.done(stored, versions)
     return statistics.median(times)
 
