@@ -1,6 +1,6 @@
 """Does a piece of machinery pay? An interleaved A/B of the agent loop, with an A/A control.
 
-    python -m benchmarks.ab linger --stores postgres,file,sqlite,redis,memory --runs 4
+    python -m benchmarks.ab histories --stores postgres,file,sqlite,redis,memory --runs 4
 
 Each run opens the same store three times, in spaces of their own: A and A' as they ship,
 B with the machinery switched the other way, and runs the benchmark's agent loop on the
@@ -26,40 +26,31 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from benchmarks.contenders import Contender, Lab, open_contenders, server_problems
 from benchmarks.workloads import Settings, agent_loop, log
 from telar_checkpoint import TelarSaver
-from telar_checkpoint.parse_cache import ParseCache, VersionedHistories
-from telar_checkpoint.saver import WRITES_LINGER
-from telar_checkpoint.writer_locks import Lingers
+from telar_checkpoint.history import History
+from telar_checkpoint.writing import Histories
 
 RESULTS = Path(__file__).parent / "results"
 
 
-def _linger_switched(contender: Contender) -> str:
-    """B: pending writes linger for the next put to carry them where the store does not, and
-    not where it does (`Store.carry_writes`)."""
-    store = contender.store
-    assert store is not None
-    contender.saver._writer.lingers = Lingers(0.0 if store.carry_writes else WRITES_LINGER)  # type: ignore[attr-defined]
-    return "lingering off" if store.carry_writes else "lingering on"
+def _histories_off(contender: Contender) -> str:
+    """B: no parsed history kept (`Histories` of size 0): every read reads and parses the thread,
+    every write takes the store's update."""
+    contender.saver._writer.histories = Histories(0)  # type: ignore[attr-defined]
+    return "no histories kept"
 
 
-def _versioned_histories_off(contender: Contender) -> str:
-    """B: no parsed history kept by the store's version (`VersionedHistories`): every read reads
-    and parses the thread (through `ParseCache`), every write takes the store's update."""
-    contender.saver._writer.histories = VersionedHistories(0)  # type: ignore[attr-defined]
-    return "no histories kept by version"
+class _VersionsOnly(Histories):
+    """`Histories` that keeps no text: a string read after another writer appended is parsed whole."""
 
-
-def _parse_cache_off(contender: Contender) -> str:
-    """B: no parsed history kept by text (`ParseCache`): a string read or updated is parsed whole."""
-    contender.saver._writer.parses = ParseCache(0)  # type: ignore[attr-defined]
-    return "no parse cache"
+    def keep(self, thread_id: str, version: Any, history: History, text: str | None) -> None:
+        super().keep(thread_id, version, history, None)
 
 
 class Replicas(BaseCheckpointSaver[Any]):
     """Two savers on one store that serve the invokes of a thread in turn, as two replicas of a
     server behind a load balancer do: each invoke starts with `get_tuple`, which passes the turn.
     Each replica then finds the thread moved on by the other (its kept history is stale), reads
-    the string, and parses it: whole, or with `ParseCache` only the lines the other appended."""
+    the string, and parses it: whole, or with the text `Histories` keeps only the lines the other appended."""
 
     def __init__(self, first: TelarSaver, second: TelarSaver) -> None:
         super().__init__(serde=first.serde)
@@ -86,26 +77,27 @@ class Replicas(BaseCheckpointSaver[Any]):
         return self.saver.get_next_version(current, channel)
 
 
-def _parse_cache_off_replicas(contender: Contender) -> str:
-    """B: two replicas (`Replicas`) with no parse cache (`ParseCache`): the string each reads after
-    the other wrote is parsed whole, where A parses only the lines appended since its last read.
-    The case the cache is for; on a saver that writes a thread alone it is within noise (`parse-cache`)."""
+def _texts_off_replicas(contender: Contender) -> str:
+    """B: two replicas (`Replicas`) whose `Histories` keep no text (`_VersionsOnly`): the string
+    each reads after the other wrote is parsed whole, where A parses only the lines appended
+    since its last read. The case the text is kept for."""
     assert isinstance(contender.saver, Replicas)
     for replica in contender.saver.replicas:
-        replica._writer.parses = ParseCache(0)
-    return "two replicas, no parse cache"
+        replica._writer.histories = _VersionsOnly()
+    return "two replicas, no text kept"
 
 
 EXPERIMENTS: dict[str, Callable[[Contender], str]] = {
-    "linger": _linger_switched,
-    "versioned-histories": _versioned_histories_off,
-    "parse-cache": _parse_cache_off,
-    "parse-cache-replicas": _parse_cache_off_replicas,
+    "histories": _histories_off,
+    "texts-replicas": _texts_off_replicas,
 }
-REPLICATED = {"parse-cache-replicas"}  # experiments whose A, A' and B are each two `Replicas`
+REPLICATED = {"texts-replicas"}  # experiments whose A, A' and B are each two `Replicas`
 # Measured and removed, their results kept in results/ab.md: "lone-durable-append" (B: a lone
 # append left to `flush` for durability, as a batch is, instead of syncing itself as it writes,
-# RWF_DSYNC for a file, a FULL commit for SQLite): within noise on both.
+# RWF_DSYNC for a file, a FULL commit for SQLite): within noise on both; "linger" (pending
+# writes waiting up to 2 ms for the step's put to carry them in one store write): 3.6-4.6% on
+# SQLite and Postgres in one experiment of two, noise on files and Redis, measured again at
+# 9187c34 before lingering was removed (results/ab.md, "linger").
 
 
 def run_once(experiment: str, store: str, settings: Settings) -> dict[str, Any]:

@@ -1,26 +1,23 @@
-"""A thread's history in memory: parsed lines, their lookups, and the steps of the rules.
+"""A thread's history in memory: parsed lines, their lookups, and the facts the rules read.
 
-`History.parse` reads a stored string (dropping a torn last line, one with no
-newline), `render` writes the canonical string back (`format.render`). Once read,
-a history is changed only by `rules.apply`, on a copy (`clone`): its methods
-`put`, `add_writes`, `trim`, `remove` and `keep_latest` are the steps it takes
-(which checkpoints a new one replaces, how pending writes are folded, how `trim`
-keeps the last N checkpoints without breaking `DeltaChannel` state); the storage
-policy is `compaction`'s.
+`History.parse` reads a stored string (dropping a torn last line, one with no newline),
+`render` writes the canonical string back (`format.render`). Once read, a history is
+changed only by `rules.apply`, on a copy (`clone`), through the few primitives here
+(`add_line`, `writes_for`, `drop`, `count_appended`); what a change keeps, replaces or
+drops is decided in `rules`, and when a string is appended to or rewritten in `compaction`.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
-from telar_checkpoint.compaction import floors_fit
 from telar_checkpoint.entries import Entries
-from telar_checkpoint.errors import CorruptLineError, UsageError
+from telar_checkpoint.errors import CorruptLineError
 from telar_checkpoint.format import (
     CheckpointLine,
     DroppedLine,
@@ -29,13 +26,9 @@ from telar_checkpoint.format import (
     read_stored_line,
     render,
     write_checkpoint,
-    write_dropped,
 )
 
-REPLACED_IDS_KEPT = 1000  # replaced ids remembered per thread, to say "replaced" not "absent"
 _ABSENT: Any = object()
-_FORKS = ("fork", "update")  # sources that start a branch
-_MOVES_ON = ("loop", "input")  # sources that move a branch on
 
 WriteKey = tuple[str, int]  # (task_id, idx)
 Write = tuple[str, Any, str]  # (channel, encoded value, task_path)
@@ -57,7 +50,7 @@ class Entry:
     channels extend, and the values it holds by reference (`is_same`).
     Entries are shared between a history and its copies, so none is changed once made (by
     convention: not a frozen dataclass, whose init costs twice as much on every put): a change
-    makes a new entry (its `writes` dict is its own from then on, see `History._writes_for`).
+    makes a new entry (its `writes` dict is its own from then on, see `History.writes_for`).
     `_full` and `_json` are memos of what its values resolve to, filled as they are read.
     """
 
@@ -217,8 +210,8 @@ class History:
         self._max_id = ""
         self.holds_trimmed = False  # the string still holds lines a later floor trimmed (see `_apply_floor`)
         self.floors_appended = 0  # dropped lines read or appended after checkpoint lines
-        self._calls: set[str] = set()  # subgraph-call namespaces seen (some may be gone since)
-        self._awaited: set[Key] = set()  # parents named by a checkpoint before they were stored
+        self.calls: set[str] = set()  # subgraph-call namespaces seen (some may be gone since)
+        self.awaited: set[Key] = set()  # parents named by a checkpoint before they were stored
         self._below: _Below | None = None  # built by the first floor read (see `_apply_floor`)
 
     def clone(self) -> History:
@@ -236,8 +229,8 @@ class History:
             if self.dropped else {}
         )
         other._latest = self._latest.copy()
-        other._calls = set(self._calls) if self._calls else set()
-        other._awaited = set(self._awaited) if self._awaited else set()
+        other.calls = set(self.calls) if self.calls else set()
+        other.awaited = set(self.awaited) if self.awaited else set()
         other._below = None
         return other
 
@@ -269,7 +262,7 @@ class History:
             if isinstance(line, CheckpointLine):
                 if history._below is not None and (line.ns, line.id) not in history.entries:
                     history._below.entry(line.ns, line.id)
-                history._add_line(line, number)
+                history.add_line(line, number)
             elif isinstance(line, WritesLine):
                 key = (line.ns, line.checkpoint_id)
                 entry = history.entries.get(key)
@@ -339,7 +332,7 @@ class History:
 
     # --- lookups ---------------------------------------------------------------
 
-    def _add_line(self, line: CheckpointLine, number: int | None = None) -> None:
+    def add_line(self, line: CheckpointLine, number: int | None = None) -> None:
         key = (line.ns, line.id)
         old = self.entries.get(key)
         parent = self.entries.get((line.ns, line.parent)) if line.parent is not None else None
@@ -365,19 +358,19 @@ class History:
                         thread_id=self.thread_id, line=number,
                     )
         if line.parent is not None and parent is None:
-            self._awaited.add((line.ns, line.parent))
-        self._awaited.discard(key)
+            self.awaited.add((line.ns, line.parent))
+        self.awaited.discard(key)
         if old is None:
             self.in_id_order = self.in_id_order and line.id > self._max_id
             self._max_id = max(self._max_id, line.id)
         self.entries[key] = Entry(line, old.writes if old else self.orphans.pop(key, {}), base)
         if is_call(line.ns):
-            self._calls.add(line.ns)
+            self.calls.add(line.ns)
         latest = self._latest.get(line.ns)
         if latest is None or line.id > latest:
             self._latest[line.ns] = line.id
 
-    def _writes_for(self, key: Key) -> dict[WriteKey, Write]:
+    def writes_for(self, key: Key) -> dict[WriteKey, Write]:
         """The writes of `key`, safe to change: an entry's dict is copied first (readers may share it)."""
         entry = self.entries.get(key)
         if entry is None:
@@ -434,56 +427,6 @@ class History:
                 return "trimmed"
         return None
 
-    # --- changes ---------------------------------------------------------------
-
-    def put(
-        self, line: CheckpointLine, writes: Iterable[WritesLine] = (), *, keep_finished_calls: bool = False
-    ) -> bool:
-        """Store a checkpoint with its tasks' `writes`; returns True when others were dropped or
-        one was updated in place.
-
-        `keep_finished_calls`: see `finished_calls`."""
-        ns, parent = line.ns, line.parent
-        key = (ns, line.id)
-        in_place = key in self.entries
-        if parent == line.id or ((in_place or key in self._awaited) and self._would_cycle(line)):
-            raise UsageError(f"checkpoint {line.id} cannot be its own ancestor (its parent is {parent})")
-        head = self.latest(ns)  # before this put
-        self._add_line(line)
-        if writes:
-            target = self._writes_for(key)
-            for task_writes in writes:
-                merge_writes(target, task_writes)
-        # A run that moves on (a `loop` or `input` checkpoint whose parent is stored) leaves a
-        # branch behind unless it moves on from the head, which no fork made (the common case).
-        replaced = False
-        if not in_place and parent is not None and line.metadata.get("source") in _MOVES_ON:
-            from_head = head is not None and head.line.id == parent and head.line.metadata.get("source") not in _FORKS
-            if not from_head and (ns, parent) in self.entries:
-                replaced = bool(self._replace_for(line))
-        finished = bool(self._calls) and bool(self._drop_finished_calls(keep_finished_calls))
-        return in_place or replaced or finished
-
-    def add_writes(self, line: WritesLine) -> WritesLine | None:
-        """Fold a task's writes into their checkpoint; the line to append (the writes that
-        changed something), or None if nothing changed.
-
-        Writes that arrive after their checkpoint was dropped (trimmed or replaced while they
-        were on their way, with async durability) are not stored: nothing reads them."""
-        ns, cid = line.ns, line.checkpoint_id
-        if (ns, cid) not in self.entries and self.dropped_reason(ns, cid) is not None:
-            return None
-        changed = merge_writes(self._writes_for((ns, cid)), line)
-        if not changed:
-            return None
-        return line if len(changed) == len(line.writes) else WritesLine(ns, cid, line.task_id, line.task_path, changed)
-
-    def _would_cycle(self, line: CheckpointLine) -> bool:
-        """Whether storing `line` closes a loop of parent links: its parent's ancestors lead back
-        to it. Only a checkpoint already stored, or named as a parent by one (`_awaited`), can."""
-        chain = self.parent_chain(line.ns, line.parent)
-        return line.id in chain or (bool(chain) and self.entries[(line.ns, chain[-1])].line.parent == line.id)
-
     def cycles(self) -> list[Key]:
         """The checkpoints whose parent links loop (a hand edit, or an import of one): a reader
         stops there, `verify` reports them."""
@@ -519,45 +462,9 @@ class History:
             yield cid
             cid = entry.line.parent
 
-    def _replace_for(self, line: CheckpointLine) -> set[Key]:
-        """`line` moves a run on from a stored parent (see `put`): drop every checkpoint of its
-        namespace that branches off its path, as the history is the path that led to the
-        current state (see docs/FORMAT.md, "Replacement"); what went."""
-        ns = line.ns
-        path = self.parent_chain(ns, line.id)
-        on_path = set(path)
-        oldest = self.entries[(ns, path[-1])].line
-        # Where the path's oldest stored checkpoint has a parent that is gone (trimmed), a
-        # branch cannot be traced to it: what stands at or after that step branches off.
-        cut_from = oldest.step if oldest.parent is not None and oldest.parent not in on_path else None
-        members = self.in_ns(ns)
-        parent_of = {e.line.id: e.line.parent for e in members}
-        # A fork or update off the path that no run moved on from is a point travelled to and
-        # left: it goes too, even where trimming hides what it branched from.
-        moved_on: set[str] = set()
-        for entry in members:
-            if entry.line.source in _MOVES_ON:
-                cid = entry.line.parent
-                while cid is not None and cid in parent_of and cid not in moved_on:
-                    moved_on.add(cid)
-                    cid = parent_of[cid]
-        reaches_path = dict.fromkeys(on_path, True)  # id -> whether its parent links reach the path
-        doomed: set[Key] = set()
-        for entry in members:
-            cid = entry.line.id
-            if cid in on_path:
-                continue
-            if (
-                (cut_from is not None and entry.line.step >= cut_from)
-                or (entry.line.source in _FORKS and cid not in moved_on)
-                or _reaches(entry.line.parent, parent_of, reaches_path)
-            ):
-                doomed.add((ns, cid))
-        self._drop(doomed)
-        self._remember(doomed, "replaced")
-        return doomed
+    # --- what a change of the rules is made of -----------------------------------
 
-    def _drop(self, keys: set[Key]) -> None:
+    def drop(self, keys: set[Key]) -> None:
         """Remove checkpoints and their pending writes."""
         self._latest.clear()
         for key in keys:
@@ -565,137 +472,23 @@ class History:
         for key in [k for k in self.orphans if k in keys]:
             del self.orphans[key]
 
-    def finished_calls(self, keep_finished_calls: bool = False) -> list[str]:
-        """The subgraph-call namespaces to drop: those whose call is over, because a graph that
-        encloses the call (`parents`) stored a checkpoint after the call's latest one: it moved
-        on (or forked) since. LangGraph never resumes such a call; the enclosing checkpoint holds
-        its result. (A replay on langgraph 1.0 runs a call under an old checkpoint without
-        storing a newer one first: the call is newer than everything, so it is not over.)
-
-        With `keep_finished_calls`, a call that is over stays while every checkpoint it ran
-        under is stored, so the subgraph state of a past step can be inspected (LangGraph's
-        `StateSnapshot.tasks[i].state`), as LangGraph's savers allow."""
-        finished = []
-        for ns in sorted(self._calls):
-            entry = self.latest(ns)
-            if entry is None:
-                self._calls.discard(ns)
-                continue
-            over, under_stored = False, True
-            for outer, cid in (entry.line.metadata.get("parents") or {}).items():
-                head = self.latest(outer) if outer != ns else None
-                over = over or (head is not None and head.line.id > entry.line.id)
-                under_stored = under_stored and (outer, cid) in self.entries
-            if over and not (keep_finished_calls and under_stored):
-                finished.append(ns)
-        return finished
-
-    def _drop_finished_calls(self, keep_finished_calls: bool = False) -> set[Key]:
-        """Drop the namespaces of `finished_calls`, with their writes and records; what went."""
-        finished = set(self.finished_calls(keep_finished_calls)) if self._calls else set()
-        if not finished:
-            return set()
-        gone = {key for key in self.entries if key[0] in finished}
-        self._drop(gone)
-        for key in [k for k in self.orphans if k[0] in finished]:
-            del self.orphans[key]
-        for ns in finished:
-            self.dropped.pop(ns, None)
-            self._calls.discard(ns)
-        return gone
+    @property
+    def schema_version(self) -> int:
+        """The state schema version the thread is stored at: its `dropped` records' `schema`,
+        else 1 (docs/SCHEMA.md; not the format version)."""
+        return max((d.schema for d in self.dropped.values() if d.schema is not None), default=1)
 
     def was_deleted(self, ns: str, cid: str) -> bool:
         """True when `cid` was removed on request (it reads as absent, as LangGraph expects)."""
         here = self.dropped.get(ns)
         return here is not None and cid in here.deleted
 
-    def _remember(self, keys: Iterable[Key], field: str) -> None:
-        """List the ids of `keys` in their namespaces' `dropped` records (field "replaced" or
-        "deleted"), then keep the newest `REPLACED_IDS_KEPT` of that field in the thread: the
-        smallest ids go (the first of equal ones), in one pass over the records."""
-        for ns, cid in sorted(keys):
-            getattr(self.dropped.setdefault(ns, DroppedLine(ns, None)), field).append(cid)
-        lists = [getattr(d, field) for d in self.dropped.values()]
-        excess = sum(map(len, lists)) - REPLACED_IDS_KEPT
-        if excess <= 0:
-            return
-        gone = {(i, j) for _cid, i, j in heapq.nsmallest(excess, ((cid, i, j) for i, ids in enumerate(lists) for j, cid in enumerate(ids)))}
-        for i, ids in enumerate(lists):
-            ids[:] = [cid for j, cid in enumerate(ids) if (i, j) not in gone]
+    def needed_lines(self) -> int:
+        """Lines of the canonical string: its dropped records, and each kept checkpoint with a
+        line per task of its pending writes."""
+        return len(self.dropped) + sum(1 + len({t for t, _ in e.writes}) for e in self.entries.values())
 
-    def remove(self, keys: set[Key]) -> None:
-        """Remove checkpoints and their writes on request: they read as absent afterwards, and
-        are listed as `deleted` so that a check knows a dangling parent is no damage."""
-        self._latest.clear()
-        for key in keys:
-            del self.entries[key]
-        for key in [k for k in self.orphans if k in keys]:
-            del self.orphans[key]
-        self._remember(keys, "deleted")
-
-    def keep_latest(self, keep_finished_calls: bool = False) -> bool:
-        """Keep the latest checkpoint of each namespace (and its DeltaChannel ancestors); what
-        goes counts as trimmed."""
-        cut: set[Key] = set()
-        for ns in self.namespaces():
-            self._keep_last(ns, self.in_ns(ns), 1, cut)
-        if cut:
-            self._drop(cut)
-            self._set_floors({ns for ns, _ in cut})
-        return bool(self._drop_finished_calls(keep_finished_calls)) or bool(cut)
-
-    def trim(self, max_history: int, keep_finished_calls: bool = False) -> set[Key]:
-        """Keep the last `max_history` checkpoints of each namespace, and the ancestors a kept
-        checkpoint needs to rebuild `DeltaChannel` state. Returns what was cut.
-
-        The namespaces a thread holds are the root, each persistent subgraph's and the
-        subgraph calls still in progress (`finished_calls` go on every put), so this bounds
-        the whole thread (see docs/FORMAT.md, "History depth")."""
-        cut: set[Key] = set()
-        by_ns: dict[str, list[Entry]] = {}
-        for (ns, _), entry in self.entries.items():
-            by_ns.setdefault(ns, []).append(entry)
-        for ns, members in by_ns.items():
-            self._keep_last(ns, members, max_history, cut)
-        if not cut:
-            return set()
-        self._drop(cut)
-        self._set_floors({ns for ns, _ in cut})
-        self._forget_trimmed_orphans()
-        if keep_finished_calls:  # the calls that ran under what was cut go with it
-            cut |= self._drop_finished_calls(True)
-        return cut
-
-    def _forget_trimmed_orphans(self) -> None:
-        for key in [k for k in self.orphans if self.dropped_reason(*k) == "trimmed"]:
-            del self.orphans[key]
-
-    def floor_lines(self, cut: set[Key], before: dict[str, DroppedLine]) -> list[str] | None:
-        """After `trim` cut `cut`: the `dropped` lines that, appended, trim the stored string
-        as it did this history (see `_apply_floor`), or None when only a rewrite can say it:
-        something cut is not below its namespace's floor, a namespace's record went away or
-        is long, or the string holds too much already (`compaction.floors_fit`)."""
-        touched = {ns for ns, _ in cut}
-        for ns, cid in cut:
-            record = self.dropped.get(ns)
-            if record is None or record.floor is None or not cid < record.floor:
-                return None
-        for ns, record in before.items():
-            if ns not in touched and self.dropped.get(ns) is not record:
-                return None
-        records = [self.dropped[ns] for ns in touched]
-        fit = floors_fit(
-            lines=self.line_count, size=self.size, floors_appended=self.floors_appended, new_floors=len(records),
-            longest_record=max(len(r.replaced) + len(r.deleted) for r in records),
-            needed_lines=len(self.dropped) + sum(1 + len({t for t, _ in e.writes}) for e in self.entries.values()),
-            needed_size=self._needed_size(),
-        )
-        if not fit:
-            return None
-        self.floors_appended += len(records)
-        return [write_dropped(r) for r in records]
-
-    def _needed_size(self) -> int:
+    def needed_size(self) -> int:
         """Characters of the checkpoint lines the kept checkpoints are read from: their own and
         the lines they extend or repeat (bases), each once."""
         seen: set[int] = set()
@@ -748,43 +541,3 @@ class History:
             cid, call_ns = heapq.heappop(below.call_orphans)
             forget(call_ns, cid)
 
-    def _set_floors(self, namespaces: set[str]) -> None:
-        for ns in namespaces:
-            remaining = self.in_ns(ns)
-            record = self.dropped.setdefault(ns, DroppedLine(ns, None))
-            record.floor = min((e.line.id for e in remaining), default=record.floor)
-
-    def _keep_last(self, ns: str, members: list[Entry], n: int, cut: set[Key]) -> set[str]:
-        ordered = sorted(members, key=lambda e: e.line.id)
-        keep = {e.line.id for e in ordered[-n:]} if n > 0 else set()
-        for entry in ordered[-n:] if n > 0 else []:
-            keep.update(self._delta_ancestors(ns, entry))
-        cut.update((ns, e.line.id) for e in ordered if e.line.id not in keep)
-        return keep
-
-    def _delta_ancestors(self, ns: str, entry: Entry) -> list[str]:
-        """Ancestors back to the nearest stored value of each DeltaChannel `entry` rebuilds."""
-        counters = entry.line.metadata.get("counters_since_delta_snapshot") or {}
-        needed = {ch for ch in counters if not entry.has(ch)}
-        chain: list[str] = []
-        for cid in self.ancestors(ns, entry.line.parent) if needed else ():
-            ancestor = self.entries[(ns, cid)].line
-            chain.append(cid)
-            needed -= ancestor.values.keys() | ancestor.appended.keys()
-            if not needed:
-                break
-        return chain
-
-
-def _reaches(cid: str | None, parent_of: dict[str, str | None], known: dict[str, bool]) -> bool:
-    """Whether following parents from `cid` reaches an id `known` says True for; what it
-    learns on the way goes into `known`, so a pass over a namespace stays linear."""
-    chain: list[str] = []
-    while cid is not None and cid in parent_of and cid not in known:
-        known[cid] = False  # provisional: a cycle ends here
-        chain.append(cid)
-        cid = parent_of[cid]
-    result = known.get(cid, False) if cid is not None else False
-    for walked in chain:
-        known[walked] = result
-    return result

@@ -29,7 +29,6 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from telar_checkpoint._arguments import check, check_config, explain
 from telar_checkpoint.codec import (
     CheckpointCodec,
-    CheckpointRecord,
     check_max_history,
     checkpoint_config,
     entry_filter,
@@ -38,6 +37,7 @@ from telar_checkpoint.codec import (
 from telar_checkpoint.errors import ArgumentTypeError, SaverClosedError, SaverContextError, UsageError
 from telar_checkpoint.format import WritesLine
 from telar_checkpoint.history import History
+from telar_checkpoint.rules import Put
 from telar_checkpoint.schema import Schema, SchemaThreads
 from telar_checkpoint.serde_allowlist import with_msgpack_allowlist
 from telar_checkpoint.serializer import JsonSerializer
@@ -47,14 +47,12 @@ from telar_checkpoint.stores.file import FileStore
 from telar_checkpoint.terms import metadata_terms
 from telar_checkpoint.thread_index import ThreadIndex
 from telar_checkpoint.values import ValueCodec
-from telar_checkpoint.writer_locks import Lingers
-from telar_checkpoint.writing import PutCheckpoint, PutWrites, RewriteThread, Writer
+from telar_checkpoint.writing import RewriteThread, Writer
 
 DEFAULT_DIRECTORY = ".telar-checkpoint"
 # A thread's history larger than this (characters) is parsed, and its checkpoint decoded, on a
 # worker thread by the async methods, not on the event loop (about 9 ms of parsing).
 OFF_LOOP_CHARS = 256 * 1024
-WRITES_LINGER = 0.002  # at most, seconds a put_writes may wait for the next write to carry its lines
 Version = int | str
 
 
@@ -167,7 +165,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self.max_history = max_history
         self.codec = CheckpointCodec(serde, keep_finished_subgraphs=keep_finished_subgraphs)
         self._index = ThreadIndex(self.store, self.codec)
-        self._writer = Writer(self.store, self._index, Lingers(WRITES_LINGER if self.store.carry_writes else 0.0))
+        self._writer = Writer(self.store, self._index, keep_finished_subgraphs)
         self.schema = schema
         self._schema_threads = SchemaThreads(schema, self.codec) if schema is not None else None
 
@@ -235,10 +233,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     # --- reading and writing a thread: the same steps, sync and async ---------------
 
     def _parsed(self, thread_id: str, version: Hashable | None, text: str | None, version_after: Hashable | None) -> History:
-        history = self._writer.parses.parse(thread_id, text)
-        if version is not None and version_after == version:
-            self._writer.histories.keep(thread_id, version, history)
-        return history
+        return self._writer.histories.parse(thread_id, text, version if version_after == version else None)
 
     async def _aparsed(self, thread_id: str, version: Hashable | None, text: str | None, version_after: Hashable | None) -> History:
         if text is not None and len(text) > OFF_LOOP_CHARS:  # parsing takes about 35 ms a MB
@@ -284,21 +279,23 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     def _put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
-    ) -> tuple[str, PutCheckpoint]:
-        """The put as a change, its values encoded now, before it waits its turn (see `PreparedRecord`).
-        When it fails for an argument of the wrong type, the error says which (on the error path only)."""
+    ) -> tuple[str, Put]:
+        """The put as a change, its values encoded now, before it waits its turn (see
+        `CheckpointCodec.prepare`). When it fails for an argument of the wrong type, the error
+        says which (on the error path only)."""
         try:
             thread_id, ns = _thread_and_ns(config)
-            meta = _metadata(config, metadata)
-            record = CheckpointRecord(checkpoint, meta, ns, config["configurable"].get("checkpoint_id"))  # type: ignore[arg-type]  # plain metadata
-            prepared = self.codec.prepare(record, new_versions)
-            terms = metadata_terms(prepared.metadata) if self._index.indexed is not None else None  # of the metadata stored
+            put = self.codec.prepare(
+                checkpoint, _metadata(config, metadata), ns, config["configurable"].get("checkpoint_id"), new_versions, self.max_history
+            )
+            if self._index.indexed is not None:  # the terms of the metadata stored, before the put travels
+                put.terms = metadata_terms(put.metadata)
         except (TypeError, AttributeError, KeyError):
             explain(TelarSaver.put, {"config": config, "checkpoint": checkpoint, "metadata": metadata, "new_versions": new_versions})
             raise
-        return thread_id, PutCheckpoint(self.codec, prepared, self.max_history, terms)
+        return thread_id, put
 
-    def _writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> tuple[str, PutWrites]:
+    def _writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> tuple[str, WritesLine]:
         """The writes as a change, their values encoded now, before it waits its turn. When it
         fails for an argument of the wrong type, the error says which (on the error path only)."""
         try:
@@ -309,11 +306,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             if type(task_id) is not str or type(task_path) is not str:
                 check(TelarSaver.put_writes, {"task_id": task_id, "task_path": task_path})
             items = [(WRITES_IDX_MAP.get(channel, i), channel, value) for i, (channel, value) in enumerate(writes)]
-            line = WritesLine(ns, checkpoint_id, task_id, task_path, self.codec.encode_writes(items))
+            line = self.codec.writes_line(ns, checkpoint_id, task_id, items, task_path)
         except (TypeError, AttributeError, KeyError):
             explain(TelarSaver.put_writes, {"config": config, "writes": writes})
             raise
-        return thread_id, PutWrites(self.codec, line)
+        return thread_id, line
 
     def _delta(self, config: RunnableConfig, history: History, channels: Sequence[str]) -> dict[str, DeltaChannelHistory]:
         thread_id, ns = _thread_and_ns(config)
@@ -400,7 +397,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
             run(upgrading)
         self._writer.write(thread_id, change)
-        return checkpoint_config(thread_id, change.prepared.record.checkpoint_ns, checkpoint["id"])
+        return checkpoint_config(thread_id, change.ns, change.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, change = self._writes(config, writes, task_id, task_path)
@@ -469,7 +466,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
             await arun(upgrading)
         await self._writer.awrite(thread_id, change)
-        return checkpoint_config(thread_id, change.prepared.record.checkpoint_ns, checkpoint["id"])
+        return checkpoint_config(thread_id, change.ns, change.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, change = self._writes(config, writes, task_id, task_path)

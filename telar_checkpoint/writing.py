@@ -1,82 +1,54 @@
 """The one write path: a typed change of one thread, appended to its string or rewritten whole.
 
-Every change of a thread but a delete is one of three values: `PutCheckpoint` (a put),
-`PutWrites` (a task's pending writes) and `RewriteThread` (a change of the whole string:
+Every change of a thread but a delete is one of three values: a `rules.Put` (a put), a
+`WritesLine` (one task's pending writes) and a `RewriteThread` (a change of the whole string:
 delete_for_runs, prune, copy, migration, import, trim, repair, upgrade). `Writer.write` (and
-`awrite`) carries each the same way:
+`awrite`) carries each the same way: take the thread's turn, edit, store, flush.
 
-1. The thread's writers in this saver take turns (`writer_locks.Turns`).
-2. A put or writes is an edit of the history kept from the store's last version of the thread
-   (`change.edit`: the rules, `rules.apply`, and compaction decide `Append` or `Rewrite`). An
-   `Append` is appended only if the store is still at that version (`Versioned.append_if`, or
-   `DeferredAppends.append_if_deferred`).
+1. The thread's writers in this saver take turns (`Turns`): each starts from the history the
+   one before it kept, so each appends. Other processes still race; the store settles that.
+2. A put or writes is applied by the rules (`rules.apply`) to the history kept for the store's
+   last version of the thread (`Histories`), and compaction decides `Append` or `Rewrite`.
+   An `Append` is appended only if the store is still at that version (`Versioned.append_if`,
+   or `DeferredAppends.append_if_deferred`).
 3. Otherwise (no kept history, a `Rewrite`, a `RewriteThread`, or the store moved on) the
    store updates the string atomically with the same change applied to what it holds
    (`update_versioned`, `Writer.applied`).
-4. An append to a store that defers durability is flushed after the turn (group commit).
+4. An append to a store that defers durability is flushed after the turn (group commit: the
+   next writer appends while this one waits for the disk).
 
-A change is a value, never changed once made (by convention: `PutCheckpoint` and `PutWrites`
-are not frozen dataclasses, whose init costs twice as much, on every write).
-
-Pending writes may wait for the put that follows them and be appended with its line in one
-store write (`Batch`, `Lingers`). The caches of parsed histories (`VersionedHistories` by the
-store's version, `ParseCache` by text) live here too: reads use them, writes keep them current.
+The one cache of parsed histories (`Histories`) lives here too: reads use it, writes keep it
+current.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from typing import cast
 
-from telar_checkpoint.codec import CheckpointCodec, PreparedRecord
-from telar_checkpoint.compaction import Edit, Rewrite, edited
+from telar_checkpoint import forks
+from telar_checkpoint.compaction import Append, edited
 from telar_checkpoint.errors import TelarError
 from telar_checkpoint.format import WritesLine
 from telar_checkpoint.history import History
-from telar_checkpoint.parse_cache import ParseCache, VersionedHistories
+from telar_checkpoint.rules import Put, apply
 from telar_checkpoint.steps import Steps, arun, call, run
 from telar_checkpoint.stores.base import Store, Versioned
 from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.thread_index import ThreadIndex
-from telar_checkpoint.writer_locks import AsyncTurns, Batch, Lingers, Turns, WriterLocks, carrying
 
-_Lines = tuple[Hashable, History, str]  # what to append: the version it needs, the history it makes, the text
 StringChange = Callable[[str | None], "str | None"]
-
-
-@dataclass(slots=True)
-class PutCheckpoint:
-    """A put: its record with the values encoded when the put was given (`CheckpointCodec.prepare`),
-    and the index `terms` of its metadata (None: the store keeps no index)."""
-
-    codec: CheckpointCodec
-    prepared: PreparedRecord
-    max_history: int | None
-    terms: set[str] | None = None
-
-    def edit(self, history: History) -> tuple[History, Edit]:
-        return self.codec.put_edit(history, self.prepared, self.max_history)
-
-
-@dataclass(slots=True)
-class PutWrites:
-    """One task's pending writes, their values encoded when they were given: the `WritesLine`
-    that is stored (or the part of it that changes something)."""
-
-    codec: CheckpointCodec
-    line: WritesLine
-
-    def edit(self, history: History) -> tuple[History, Edit]:
-        return self.codec.writes_edit(history, self.line)
+STRIPES = 64  # the turns' locks a saver's writers share, by the thread id's hash
+CACHED_THREADS = 64  # parsed histories kept, for the most recently used threads
 
 
 class RewriteThread:
     """A change of the thread's whole string, `change(old) -> new` (None: no thread). `terms`:
     the index terms of the string it writes, when known before (recorded first). Its error is
-    kept for its own caller (`result`), so that the writes carried with it are stored all the same."""
+    kept for its own caller (`result`)."""
 
     def __init__(self, change: StringChange, terms: set[str] | None = None) -> None:
         self.change, self.terms = change, terms
@@ -98,210 +70,231 @@ class RewriteThread:
         return self.new
 
 
-Change = PutCheckpoint | PutWrites | RewriteThread
+Change = Put | WritesLine | RewriteThread
+
+
+class _Kept:
+    """What `Histories` keeps of one thread: the store's `version` of it (None: not known), the
+    `history` parsed from or made for that version, and the text it stands for, when known:
+    `text`, then the `suffixes` appended to it since (joined when next needed)."""
+
+    __slots__ = ("version", "history", "text", "suffixes", "pending")
+
+    def __init__(self, version: Hashable | None, history: History, text: str | None) -> None:
+        self.version, self.history, self.text = version, history, text
+        self.suffixes: list[str] = []
+        self.pending = 0  # characters in `suffixes`
+
+
+class Histories:
+    """The one cache of parsed histories: per thread, the store's version, the text and its
+    parsed `History`, for the `size` most recently used threads (bounded, thread-safe).
+
+    A read whose store version is the one kept reads nothing (`get`); a write builds on the
+    history kept for the last version (`latest`). A text that is the one kept reuses its
+    history, and one that extends it (another writer appended) parses only the new lines, into
+    a copy (`parse`). A change never changes a history (see `rules.apply`), so readers in other
+    threads go on using the one they have. Measured (benchmarks/results/ab.md): without the
+    version a saver writing a thread alone is slower; without the text, two savers serving a
+    thread in turn (as server replicas do) are 1.5-2.6 times slower."""
+
+    def __init__(self, size: int = CACHED_THREADS) -> None:
+        self.size = size
+        self._items: OrderedDict[str, _Kept] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def latest(self, thread_id: str) -> _Kept | None:
+        """What is kept for the thread, current or not (on every write)."""
+        with self._lock:
+            kept = self._items.get(thread_id)
+            if kept is not None:
+                self._items.move_to_end(thread_id)
+            return kept
+
+    def get(self, thread_id: str, version: Hashable | None) -> History | None:
+        """The history kept for the thread, if it is at `version`."""
+        kept = self.latest(thread_id) if version is not None else None
+        return kept.history if kept is not None and kept.version == version else None
+
+    def parse(self, thread_id: str | None, text: str | None, version: Hashable | None = None) -> History:
+        """The history of `text` (shared, read-only), kept with `version`: the store's version of
+        that text, or None when it is not known (a read that raced a write)."""
+        text = text or ""
+        if thread_id is None or self.size <= 0:
+            return History.parse(thread_id, text)
+        kept, old = self._text(thread_id)
+        if kept is not None and old is not None:
+            if old is text or old == text:
+                if version is not None and version != kept.version:
+                    self.keep(thread_id, version, kept.history, text)
+                return kept.history
+            if kept.history.torn is None and old and text.startswith(old):
+                history = kept.history.clone()
+                history.extend(text[len(old):])
+                self.keep(thread_id, version, history, text)
+                return history
+        history = History.parse(thread_id, text)
+        self.keep(thread_id, version, history, text)
+        return history
+
+    def _text(self, thread_id: str) -> tuple[_Kept | None, str | None]:
+        """What is kept for the thread, and the whole text it stands for (None: not known)."""
+        with self._lock:
+            kept = self._items.get(thread_id)
+            if kept is None or kept.text is None:
+                return kept, None
+            if kept.suffixes:
+                kept.text, kept.suffixes, kept.pending = kept.text + "".join(kept.suffixes), [], 0
+            return kept, kept.text
+
+    def keep(self, thread_id: str, version: Hashable | None, history: History, text: str | None) -> None:
+        """Remember that the thread's `version` (None: not known) is `history`, parsed from or
+        rendered to `text` (None: not known); nobody may change that history any more."""
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._items[thread_id] = _Kept(version, history, text)
+            self._items.move_to_end(thread_id)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def appended(self, thread_id: str, kept: _Kept, version: Hashable, history: History, suffix: str) -> None:
+        """The store appended `suffix` to the text of `kept`: its new `version` is `history`."""
+        with self._lock:
+            text, pending = kept.text, kept.pending + len(suffix)
+            if text is not None and pending > len(text) + (1 << 16):
+                text = None  # more appended than was read: the text is read again when needed (memory stays O(text))
+            new = _Kept(version, history, text)
+            if text is not None:
+                kept.suffixes.append(suffix)  # (the old entry is no longer read for its text: the list moves on)
+                new.suffixes, new.pending = kept.suffixes, pending
+            self._items[thread_id] = new
+            self._items.move_to_end(thread_id)
+
+
+class Turns:
+    """The turns of one saver's writers: a `threading.Lock` per stripe for sync writers, and an
+    `asyncio.Lock` per stripe and event loop. Striped (`STRIPES`, chosen by the thread id's
+    hash), so memory stays bounded however many threads a saver writes; two threads that share
+    a stripe only wait for each other a little. A forked child starts afresh, seen by its pid
+    (`forks.pid`): the parent's writers and what they held are not the child's."""
+
+    def __init__(self, stripes: int = STRIPES) -> None:
+        self._stripes = stripes
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = forks.pid
+        self._sync = [threading.Lock() for _ in range(self._stripes)]
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[asyncio.Lock]] = weakref.WeakKeyDictionary()
+        self._guard = threading.Lock()
+
+    def sync(self, thread_id: str) -> threading.Lock:
+        """The lock sync writers of `thread_id` hold while they write."""
+        if self._pid != forks.pid:  # forked: the parent's turns (and what held them) are not ours
+            self._reset()
+        return self._sync[hash(thread_id) % self._stripes]
+
+    def async_(self, thread_id: str) -> asyncio.Lock:
+        """The lock async writers of `thread_id` in the running event loop hold while they write."""
+        if self._pid != forks.pid:
+            self._reset()
+        loop = asyncio.get_running_loop()
+        locks = self._async.get(loop)
+        if locks is None:
+            with self._guard:
+                locks = self._async.setdefault(loop, [asyncio.Lock() for _ in range(self._stripes)])
+        return locks[hash(thread_id) % self._stripes]
 
 
 class Writer:
-    """The write path of one saver (see the module's docstring), and its caches of parsed histories."""
+    """The write path of one saver (see the module's docstring), and its cache of parsed histories."""
 
-    def __init__(
-        self, store: Store, index: ThreadIndex, lingers: Lingers, locks: WriterLocks | None = None
-    ) -> None:
-        self.store, self.index, self.lingers = store, index, lingers
+    def __init__(self, store: Store, index: ThreadIndex, keep_finished_calls: bool = False, turns: Turns | None = None) -> None:
+        self.store, self.index, self.keep_finished_calls = store, index, keep_finished_calls
         self.versioned: Versioned | None = store if isinstance(store, Versioned) else None  # the store, when it has versions
         self.deferred: DeferredAppends | None = store if isinstance(store, DeferredAppends) else None  # when it defers durability
-        self.locks = locks or WriterLocks()
-        self.histories = VersionedHistories()  # parsed histories by the store's version: a hit reads nothing
-        self.parses = ParseCache()  # by the text last given or made: a retried update parses only what is new
+        self.turns = turns or Turns()
+        self.histories = Histories()
 
     def sharing_turns(self) -> Writer:
-        """A writer for another saver on the same store (`with_allowlist`): the same turns,
-        lingers and index, so that the two savers' writers of a thread take turns."""
-        return Writer(self.store, self.index, self.lingers, self.locks)
+        """A writer for another saver on the same store (`with_allowlist`): the same turns and
+        index, so that the two savers' writers of a thread take turns."""
+        return Writer(self.store, self.index, self.keep_finished_calls, self.turns)
 
     def applied(self, thread_id: str, change: Change) -> StringChange:
-        """`change` as a change of the stored string: the same edit, made on the history last
-        parsed or made from that string."""
+        """`change` as a change of the stored string: the same edit, made on the history parsed
+        from that string."""
         if isinstance(change, RewriteThread):
             return change
 
-        def apply(old: str | None) -> str | None:
-            history, edit = change.edit(self.parses.parse(thread_id, old))
-            new = edited(old, edit)
+        def apply_to(old: str | None) -> str | None:
+            history, made = apply(self.histories.parse(thread_id, old), change, keep_finished_calls=self.keep_finished_calls)
+            new = edited(old, made)
             if new is not old:
-                self.parses.keep(thread_id, new, history)
+                self.histories.keep(thread_id, None, history, new)
             return new
 
-        return apply
-
-    def kept(self, thread_id: str, new: str | None, version: Hashable | None) -> None:
-        """Keep the history an update stored (a damaged one, which only a rewrite leaves, is
-        not kept: it is read again, and its error raised, when it is next used)."""
-        if new is not None and version is not None:
-            try:
-                self.histories.keep(thread_id, version, self.parses.parse(thread_id, new))
-            except TelarError:
-                pass
-
-    # --- the turn ----------------------------------------------------------------------
+        return apply_to
 
     def write(self, thread_id: str, change: Change) -> None:
-        """Append the change's lines when the kept history is current, else update whole.
-
-        Writers of the thread take turns until their lines are appended; each then waits
-        for the disk on its own, so the next one can append meanwhile. Pending writes
-        may linger (see `Lingers`): LangGraph puts the step's checkpoint right after
-        them, so they wait, as a `Batch`, for that put to append them with its own line
-        in one store write. The store's group commit makes appends durable: one flush
-        serves every writer whose append came before it."""
-        turns = self.locks.sync(thread_id)
-        with turns.lock:
-            linger = self.lingers.wrote(thread_id, writes=isinstance(change, PutWrites))
-            joined = self._join(turns, thread_id, change) if linger else None
-            if joined is None:
-                carried, lines = self._take(turns, thread_id, change)
-                unflushed = run(self._store_steps(thread_id, carried, lines, change))
-        if joined is None:
-            if carried is not None or unflushed:
-                run(self._flush_steps(thread_id, carried, unflushed))
-            return
-        done = cast(threading.Event, joined.done)
-        if not done.wait(linger):
-            with turns.lock:
-                mine = turns.batches.get(thread_id) is joined  # nobody came: write it ourselves
-                if mine:
-                    carried, lines = self._take(turns, thread_id, None)
-                    unflushed = run(self._store_steps(thread_id, carried, lines, None))
-            if mine and (carried is not None or unflushed):
-                run(self._flush_steps(thread_id, carried, unflushed))
-            done.wait()
-        joined.result()
+        """Take the thread's turn, edit, store; then flush an append the store deferred."""
+        with self.turns.sync(thread_id):
+            unflushed = run(self._store_steps(thread_id, change))
+        if unflushed:
+            self.deferred.flush(thread_id)  # type: ignore[union-attr]  # unflushed: the store defers
 
     async def awrite(self, thread_id: str, change: Change) -> None:
         """`write`, for coroutines of one event loop."""
-        turns = self.locks.async_(thread_id)
-        async with turns.lock:
-            linger = self.lingers.wrote(thread_id, writes=isinstance(change, PutWrites))
-            joined = self._join(turns, thread_id, change) if linger else None
-            if joined is None:
-                carried, lines = self._take(turns, thread_id, change)
-                unflushed = await arun(self._store_steps(thread_id, carried, lines, change))
-        if joined is None:
-            if carried is not None or unflushed:
-                await arun(self._flush_steps(thread_id, carried, unflushed))
-            return
-        adone = cast(asyncio.Event, joined.done)
-        try:
-            await asyncio.wait_for(adone.wait(), linger)
-        except asyncio.TimeoutError:
-            async with turns.lock:
-                mine = turns.batches.get(thread_id) is joined
-                if mine:
-                    carried, lines = self._take(turns, thread_id, None)
-                    unflushed = await arun(self._store_steps(thread_id, carried, lines, None))
-            if mine and (carried is not None or unflushed):
-                await arun(self._flush_steps(thread_id, carried, unflushed))
-            await adone.wait()
-        joined.result()
+        async with self.turns.async_(thread_id):
+            unflushed = await arun(self._store_steps(thread_id, change))
+        if unflushed:
+            await self.deferred.aflush(thread_id)  # type: ignore[union-attr]
 
-    def _join(self, turns: Turns | AsyncTurns, thread_id: str, change: PutCheckpoint | PutWrites | RewriteThread) -> Batch | None:
-        """Leave the change with the thread's `Batch` for the next writer to append (see
-        `Lingers`); None when there is no kept history to build its lines on."""
-        if isinstance(change, RewriteThread):
-            return None
-        batch = turns.batches.get(thread_id)
-        if batch is None:
-            cached = self.histories.latest(thread_id)
-            if cached is None or cached[1].must_rewrite:
-                return None
-            batch = Batch(cached[0], cached[1], turns.event())
-        if batch.history is not None:
-            history, edit = change.edit(batch.history)  # an error leaves the batch as it was
-            if isinstance(edit, Rewrite):
-                batch.history = None  # the batch goes the slow way
-            else:
-                batch.history, batch.text = history, batch.text + edit.text
-        batch.changes.append(change)
-        turns.batches[thread_id] = batch
-        return batch
+    def _store_steps(self, thread_id: str, change: Change) -> Steps[bool]:
+        """Append the change's lines if the store is at the version of the kept history, else
+        update whole; whether the append awaits the store's flush (a store that defers).
 
-    def _take(self, turns: Turns | AsyncTurns, thread_id: str, change: Change | None) -> tuple[Batch | None, _Lines | None]:
-        """The thread's waiting batch (taken from the turns) and the lines to append for it and
-        `change` (None: the batch alone), with the version they need and the history they make;
-        lines None: take the slow path (a rewrite, or no kept history). Nothing is asked of the
-        store: `append_if` only appends if the store is still at that version, so a stale history
-        costs a retry. An error of the change's edit leaves the batch for the next writer."""
-        carried = turns.batches.get(thread_id)
-        lines: _Lines | None = None
-        if not isinstance(change, RewriteThread):
-            if carried is not None:
-                if carried.history is not None:
-                    lines = carried.version, carried.history, carried.text
-            elif (cached := self.histories.latest(thread_id)) is not None:
-                lines = cached[0], cached[1], ""
-            if lines is not None and change is not None:
-                version, history, text = lines
-                history, edit = change.edit(history)
-                lines = None if isinstance(edit, Rewrite) else (version, history, text + edit.text)
-        turns.batches.pop(thread_id, None)
-        return carried, lines
-
-    def _applied_all(self, thread_id: str, carried: Batch | None, change: Change | None) -> StringChange:
-        """The carried batch's changes and this one, as one change of the stored string."""
-        changes = [self.applied(thread_id, c) for c in (*(carried.changes if carried is not None else ()), change) if c is not None]
-        if len(changes) == 1:
-            return changes[0]
-
-        def apply(old: str | None) -> str | None:
-            for each in changes:
-                old = each(old)
-            return old
-
-        return apply
-
-    def _store_steps(self, thread_id: str, carried: Batch | None, lines: _Lines | None, change: Change | None) -> Steps[bool]:
-        """Append `lines` if the store is at their version, else update whole; whether the write
-        awaits the store's flush (an append to a store that defers, see `_flush_steps`). A failure
-        fails the carried batch too.
-        A put's index terms are recorded first (those this saver has not recorded for the thread
-        before an append; all of them before an update, as the thread may have been deleted, and
-        its terms with it, since), inside the turn: a write lingering for this put is carried, not
-        left to time out."""
-        store, versioned, deferred, indexed = self.store, self.versioned, self.deferred, self.index.indexed
-        terms = change.terms if isinstance(change, (PutCheckpoint, RewriteThread)) else None
-        try:  # (not `with carrying(carried)`: no call of ours when no batch is carried, on every write)
-            if lines is not None and versioned is not None:
-                version, history, suffix = lines
+        A put's index terms are recorded first: those this saver has not recorded for the
+        thread before an append; all of them before an update, as the thread may have been
+        deleted, and its terms with it, since. Nothing is asked of the store before the edit:
+        `append_if` only appends if the store is still at that version, so a stale history costs
+        a retry. An error of the edit (a put that would make a cycle) is raised before any write."""
+        versioned, indexed = self.versioned, self.index.indexed
+        terms = None if type(change) is WritesLine else change.terms  # type: ignore[union-attr]
+        kept = self.histories.latest(thread_id) if versioned is not None and type(change) is not RewriteThread else None
+        if kept is not None and kept.version is not None:
+            history, made = apply(kept.history, change, keep_finished_calls=self.keep_finished_calls)  # type: ignore[arg-type]
+            if type(made) is Append:
                 if terms and indexed is not None and (new := self.index.new_terms(thread_id, terms)):
                     yield call(indexed.index, indexed.aindex, thread_id, new)
                     self.index.recorded(thread_id, new)
-                if not suffix and (yield call(versioned.version, versioned.aversion, thread_id)) == version:
-                    return False
-                new_version = None
-                if suffix and deferred is not None:
-                    new_version = yield call(deferred.append_if_deferred, deferred.aappend_if_deferred, thread_id, suffix, version)
-                elif suffix:
-                    new_version = yield call(versioned.append_if, versioned.aappend_if, thread_id, suffix, version)
-                if new_version is not None:
-                    self.histories.keep(thread_id, new_version, history)
-                    return deferred is not None
-            if terms and indexed is not None:
-                yield call(indexed.index, indexed.aindex, thread_id, terms)
-                self.index.recorded(thread_id, terms)
-            applied = self._applied_all(thread_id, carried, change)
-            if versioned is None:
-                yield call(store.update, store.aupdate, thread_id, applied)
-            else:
-                self.kept(thread_id, *(yield call(versioned.update_versioned, versioned.aupdate_versioned, thread_id, applied)))
-        except BaseException as exc:
-            if carried is not None:  # its writers get this write's error
-                carried.finish(exc)
-            raise
+                suffix = made.text
+                if not suffix:  # nothing to store, if the store is still where the history was kept
+                    if (yield call(versioned.version, versioned.aversion, thread_id)) == kept.version:  # type: ignore[union-attr]
+                        return False
+                elif (deferred := self.deferred) is not None:
+                    version = yield call(deferred.append_if_deferred, deferred.aappend_if_deferred, thread_id, suffix, kept.version)
+                    if version is not None:
+                        self.histories.appended(thread_id, kept, version, history, suffix)
+                        return True
+                else:
+                    version = yield call(versioned.append_if, versioned.aappend_if, thread_id, suffix, kept.version)  # type: ignore[union-attr]
+                    if version is not None:
+                        self.histories.appended(thread_id, kept, version, history, suffix)
+                        return False
+        if terms and indexed is not None:
+            yield call(indexed.index, indexed.aindex, thread_id, terms)
+            self.index.recorded(thread_id, terms)
+        applied = self.applied(thread_id, change)
+        if versioned is None:
+            store = self.store
+            yield call(store.update, store.aupdate, thread_id, applied)
+            return False
+        new, version = yield call(versioned.update_versioned, versioned.aupdate_versioned, thread_id, applied)
+        if new is not None and version is not None:
+            try:  # a damaged history, which only a rewrite leaves, is not kept: it is read again, and its error raised, when used
+                self.histories.parse(thread_id, new, version)
+            except TelarError:
+                pass
         return False
-
-    def _flush_steps(self, thread_id: str, carried: Batch | None, unflushed: bool) -> Steps[None]:
-        """Make an `unflushed` append durable, then let the writers of the batch it carried return
-        (run only when there is either: a lone durable write has nothing to do here)."""
-        with carrying(carried, finish=True):
-            if unflushed and self.deferred is not None:
-                yield call(self.deferred.flush, self.deferred.aflush, thread_id)

@@ -1,5 +1,5 @@
 """A list channel is stored as the items it added exactly when its first items are the
-parent's list as JSON text (`codec._appended`, which dumps the new list once and keeps it)."""
+parent's list as JSON text (`rules._appended`, which dumps the new list once and keeps it)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from telar_checkpoint.codec import _appended
 from telar_checkpoint.format import CheckpointLine
 from telar_checkpoint.history import Entry
+from telar_checkpoint.rules import _appended
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5),

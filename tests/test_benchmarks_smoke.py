@@ -132,8 +132,8 @@ def test_scale_quick_run_times_every_operation_on_memory_and_sqlite(tmp_path: Pa
 def test_ab_runs_an_experiment_with_its_control(tmp_path: Path) -> None:
     from benchmarks import ab
 
-    ab.main(["linger", "--stores", "memory,file", "--runs", "2", "--turns", "2", "--out", str(tmp_path)])
-    stored = json.loads((tmp_path / "ab.json").read_text())["linger"]
+    ab.main(["histories", "--stores", "memory,file", "--runs", "2", "--turns", "2", "--out", str(tmp_path)])
+    stored = json.loads((tmp_path / "ab.json").read_text())["histories"]
     for store in ("memory", "file"):
         result = stored["results"][store]
         assert len(result["runs"]) == 2
@@ -141,11 +141,11 @@ def test_ab_runs_an_experiment_with_its_control(tmp_path: Path) -> None:
             assert all(_number(run["overhead_ms"][name]) for name in ("A", "A'", "B"))
             assert _number(run["noise"]) and _number(run["effect"])
         assert result["summary"]["verdict"] in ("as shipped", "switch", "noise")
-    assert "## linger" in (tmp_path / "ab.md").read_text()
+    assert "## histories" in (tmp_path / "ab.md").read_text()
 
 
 def test_ab_replicas_serve_a_thread_in_turn(tmp_path: Path) -> None:
-    """`parse-cache-replicas`: each contender is two savers on one store, and the invokes of the
+    """`texts-replicas`: each contender is two savers on one store, and the invokes of the
     thread alternate between them (so each finds the thread moved on by the other)."""
     from benchmarks import ab
     from telar_checkpoint import TelarSaver
@@ -160,9 +160,9 @@ def test_ab_replicas_serve_a_thread_in_turn(tmp_path: Path) -> None:
         served.append(replicas.saver)
     assert served == [replicas.replicas[1], replicas.replicas[0]] * 2
 
-    ab.main(["parse-cache-replicas", "--stores", "memory", "--runs", "1", "--turns", "2", "--out", str(tmp_path)])
-    run = json.loads((tmp_path / "ab.json").read_text())["parse-cache-replicas"]["results"]["memory"]["runs"][0]
-    assert run["B"] == "two replicas, no parse cache" and _number(run["effect"])
+    ab.main(["texts-replicas", "--stores", "memory", "--runs", "1", "--turns", "2", "--out", str(tmp_path)])
+    run = json.loads((tmp_path / "ab.json").read_text())["texts-replicas"]["results"]["memory"]["runs"][0]
+    assert run["B"] == "two replicas, no text kept" and _number(run["effect"])
 
 
 def test_interleaving_times_the_put_and_its_two_parts() -> None:

@@ -679,7 +679,7 @@ def test_the_codec_keeps_nothing_between_calls() -> None:
     text = codec.append(codec.append(None, record(1, None, 0), thread_id="t"), record(2, 1, 1), thread_id="t")
     first, second = codec.parse("t", text), codec.parse("t", text)
     assert first is not second and first.render() == second.render() == text
-    second.remove({("", "00000001")})
+    second.drop({("", "00000001")})
     assert codec.parse("t", text).render() == text
     assert codec.append(text, record(3, 2, 2), thread_id="t") == codec.append(text, record(3, 2, 2), thread_id="t")
     assert set(vars(codec)) == {"values", "keep_finished_subgraphs"}

@@ -3,14 +3,9 @@
 Hypothesis drives random sequences of puts (forks, updates, subgraph namespaces, growing
 and changing lists) and writes through TelarSaver, whose versioned fast path appends to a
 cached history, and through the pure codec on plain strings; the stored strings must match.
-Batched, each `put_writes` lingers in a thread of its own until the next write carries its
-lines (see `writer_locks.Batch`), or writes them itself.
 """
 
 from __future__ import annotations
-
-import threading
-import time
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,18 +35,9 @@ operations = st.lists(st.one_of(put_op, put_op, writes_op), min_size=1, max_size
 class Model:
     """Plays operations on a saver and on the codec alone, keeping them in step."""
 
-    def __init__(self, saver: TelarSaver, batched: bool = False) -> None:
+    def __init__(self, saver: TelarSaver) -> None:
         self.saver, self.codec, self.text = saver, CheckpointCodec(), None
         self.n, self.ids, self.msgs = 0, {"": [], "child:a": [], "child:b": []}, []
-        self.batched, self.lingering = batched, []  # put_writes threads not joined yet
-        if batched:
-            saver._writer.lingers.wrote = lambda thread_id, *, writes: 0.05 if writes else 0.0  # type: ignore[method-assign]
-
-    def settled(self) -> None:
-        """Wait for every lingering put_writes to return."""
-        for writer in self.lingering:
-            writer.join(10)
-        self.lingering = []
 
     def put(self, parent_choice: str, source: str, ns: str, change: str) -> None:
         ids = self.ids[ns]
@@ -86,28 +72,15 @@ class Model:
             return
         cid = ids[-1] if target == "latest" else ids[0]
         config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid}}
-        args = (config, [(channel, value)], f"task-{task}", f"path-{task}")
-        if self.batched:  # in its own thread, once its lines wait in the batch (or it wrote them)
-            turns = self.saver._writer.locks.sync("t")
-            queued = len(turns.batches["t"].changes) if "t" in turns.batches else 0
-            writer = threading.Thread(target=self.saver.put_writes, args=args)
-            writer.start()
-            while writer.is_alive() and (len(turns.batches["t"].changes) if "t" in turns.batches else 0) == queued:
-                time.sleep(0.0002)
-            self.lingering.append(writer)
-        else:
-            self.saver.put_writes(*args)
+        self.saver.put_writes(config, [(channel, value)], f"task-{task}", f"path-{task}")
         idx = {"__error__": -1, "__interrupt__": -3}.get(channel, 0)
         self.text = self.codec.add_writes(self.text, "", cid, f"task-{task}", [(idx, channel, value)], f"path-{task}")
 
 
-def play(saver: TelarSaver, ops: list, batched: bool = False) -> None:
-    model = Model(saver, batched)
-    for i, op in enumerate(ops):
+def play(saver: TelarSaver, ops: list) -> None:
+    model = Model(saver)
+    for op in ops:
         getattr(model, op[0])(*op[1:])
-        if batched and op[0] == "writes" and i + 1 < len(ops):
-            continue  # not acknowledged yet: the next write carries it
-        model.settled()
         if model.text is not None:
             assert saver.store.read("t") == model.text
             # What the writer kept, the string read afresh and its rewrite all say the same
@@ -117,7 +90,7 @@ def play(saver: TelarSaver, ops: list, batched: bool = False) -> None:
             expected = _summary(fresh)
             assert _summary(History.parse("t", History.parse("t", model.text).render())) == expected
             if kept is not None:
-                assert _summary(kept[1]) == expected
+                assert _summary(kept.history) == expected
             saver.get_tuple({"configurable": {"thread_id": "t"}})  # reads refill the cache
 
 
@@ -139,18 +112,6 @@ def test_memory_store_fast_path_matches_the_codec(ops, max_history) -> None:
 @given(ops=operations, max_history=st.sampled_from([None, 3]))
 def test_file_store_fast_path_matches_the_codec(tmp_path_factory, ops, max_history) -> None:
     play(TelarSaver(FileStore(tmp_path_factory.mktemp("fast"), fsync=False), max_history=max_history), ops)
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=operations, max_history=st.sampled_from([None, None, 2]))
-def test_batched_writes_match_the_codec(ops, max_history) -> None:
-    play(TelarSaver(MemoryStore(), max_history=max_history), ops, batched=True)
-
-
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=operations, max_history=st.sampled_from([None, 3]))
-def test_file_store_batched_writes_match_the_codec(tmp_path_factory, ops, max_history) -> None:
-    play(TelarSaver(FileStore(tmp_path_factory.mktemp("batched"), fsync=False), max_history=max_history), ops, batched=True)
 
 
 def test_the_fast_path_is_taken() -> None:

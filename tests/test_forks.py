@@ -53,4 +53,4 @@ def test_every_part_that_holds_what_a_child_cannot_share_uses_this_module() -> N
             if "register_at_fork" in text or "_pid != os.getpid()" in text or "_pid == os.getpid()" in text:
                 own.append(os.path.relpath(path, root))
     assert own == [], f"fork handled outside telar_checkpoint/forks.py in {own}"
-    assert sys.modules["telar_checkpoint.writer_locks"].forks is forks
+    assert sys.modules["telar_checkpoint.writing"].forks is forks

@@ -57,7 +57,7 @@ def test_deleting_runs_beside_long_records_of_dropped_ids_is_linear() -> None:
     """`delete_for_runs` lists the ids it deletes and keeps the newest 1,000 of the thread: the
     ids over the bound go in one pass, not one pass over every record for each id."""
     from telar_checkpoint import CheckpointCodec
-    from telar_checkpoint.history import REPLACED_IDS_KEPT
+    from telar_checkpoint.rules import REPLACED_IDS_KEPT
 
     def thread(namespaces: int) -> str:
         records = [

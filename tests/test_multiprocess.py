@@ -75,7 +75,7 @@ def test_processes_writing_one_thread_lose_nothing_and_match_the_codec(store, sh
     # `append`, which parses all the others.
     replay, history = None, None
     for record in records[:-1]:
-        replay, history = codec.apply(replay, lambda parsed, record=record: codec.put_edit(parsed, record), history=history)
+        replay, history = codec.edit(replay, codec.put_of(record), history=history)
     replay = codec.append(replay, records[-1])
     assert replay == stored
     for worker, ids in enumerate(acknowledged):

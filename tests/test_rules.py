@@ -13,7 +13,7 @@ import pytest
 from telar_checkpoint.compaction import Append, Rewrite, edited
 from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, write_checkpoint, write_dropped, write_writes
 from telar_checkpoint.history import History
-from telar_checkpoint.rules import AddWrites, KeepLatest, Operation, Put, Remove, Trim, apply
+from telar_checkpoint.rules import KeepLatest, Operation, Put, Remove, Trim, apply
 
 
 def line(n: int, parent: int | None, source: str = "loop", ns: str = "") -> CheckpointLine:
@@ -27,6 +27,14 @@ def line(n: int, parent: int | None, source: str = "loop", ns: str = "") -> Chec
     return made
 
 
+def put(n: int, parent: int | None, source: str = "loop", ns: str = "", writes: tuple[WritesLine, ...] = (),
+        max_history: int | None = None) -> Put:
+    """The put of checkpoint `n` as `line` writes it, with these writes and history depth."""
+    made = line(n, parent, source, ns)
+    return Put(made.ns, made.id, made.parent, made.metadata, made.checkpoint, made.extra, dict(made.values),
+               dict(made.values), writes, max_history)
+
+
 def text_of(*lines: CheckpointLine) -> str:
     return "".join(each.text + "\n" for each in lines)
 
@@ -35,7 +43,7 @@ CHAIN = text_of(line(1, None, "input"), line(2, 1), line(3, 2))  # three checkpo
 FORKED = CHAIN + text_of(line(4, 1, "fork"))  # and a fork from the first
 TRIMMED = write_dropped(DroppedLine("", "00000002")) + "\n" + text_of(line(2, 1), line(3, 2))  # checkpoint 1 trimmed
 TASK_WRITES = WritesLine("", "00000004", "task", "", [(0, "count", 9)])  # one task's writes, with the put of checkpoint 4
-WRITES = AddWrites(WritesLine("", "00000003", "task", "", [(0, "count", 7)]))
+WRITES = WritesLine("", "00000003", "task", "", [(0, "count", 7)])  # pending writes are their own operation
 
 
 @dataclass(frozen=True)
@@ -53,17 +61,17 @@ def ids(*numbers: int) -> list[str]:
 
 
 ROWS = [
-    Row("a put that moves on from the head appends its line", CHAIN, Put(line(4, 3)), Append, ids(1, 2, 3, 4), 1),
-    Row("a put into an empty history appends", "", Put(line(1, None, "input")), Append, ids(1), 1),
-    Row("a put with writes appends them after it", CHAIN, Put(line(4, 3), [TASK_WRITES]), Append, ids(1, 2, 3, 4), 2),
-    Row("a fork from the past is kept beside the path", CHAIN, Put(line(4, 1, "fork")), Append, ids(1, 2, 3, 4), 1),
-    Row("moving on from a fork replaces what came after its parent", FORKED, Put(line(5, 4)), Rewrite, ids(1, 4, 5)),
-    Row("the same checkpoint again is updated in place", CHAIN, Put(line(3, 2)), Rewrite, ids(1, 2, 3)),
-    Row("max_history cuts the oldest with a floor line appended", CHAIN, Put(line(4, 3), max_history=2), Append, ids(3, 4), 2),
+    Row("a put that moves on from the head appends its line", CHAIN, put(4, 3), Append, ids(1, 2, 3, 4), 1),
+    Row("a put into an empty history appends", "", put(1, None, "input"), Append, ids(1), 1),
+    Row("a put with writes appends them after it", CHAIN, put(4, 3, writes=(TASK_WRITES,)), Append, ids(1, 2, 3, 4), 2),
+    Row("a fork from the past is kept beside the path", CHAIN, put(4, 1, "fork"), Append, ids(1, 2, 3, 4), 1),
+    Row("moving on from a fork replaces what came after its parent", FORKED, put(5, 4), Rewrite, ids(1, 4, 5)),
+    Row("the same checkpoint again is updated in place", CHAIN, put(3, 2), Rewrite, ids(1, 2, 3)),
+    Row("max_history cuts the oldest with a floor line appended", CHAIN, put(4, 3, max_history=2), Append, ids(3, 4), 2),
     Row("writes for a stored checkpoint append one line", CHAIN, WRITES, Append, ids(1, 2, 3), 1),
     Row("writes already stored change nothing", CHAIN + write_writes(WritesLine("", "00000003", "task", "", [(0, "count", 7)])) + "\n",
         WRITES, Append, ids(1, 2, 3), 0),
-    Row("writes for a trimmed checkpoint are not stored", TRIMMED, AddWrites(WritesLine("", "00000001", "late", "", [(0, "count", 1)])),
+    Row("writes for a trimmed checkpoint are not stored", TRIMMED, WritesLine("", "00000001", "late", "", [(0, "count", 1)]),
         Append, ids(2, 3), 0),
     Row("a trim that cuts rewrites", CHAIN, Trim(1), Rewrite, ids(3)),
     Row("a trim with nothing to cut changes nothing", CHAIN, Trim(5), Append, ids(1, 2, 3), 0),
@@ -71,7 +79,7 @@ ROWS = [
     Row("removing nothing changes nothing", CHAIN, Remove(frozenset()), Append, ids(1, 2, 3), 0),
     Row("keep latest keeps the head of each namespace", CHAIN + text_of(line(5, None, "loop", "child")), KeepLatest(), Rewrite, ids(3, 5)),
     Row("keep latest of one checkpoint changes nothing", text_of(line(1, None, "input")), KeepLatest(), Append, ids(1), 0),
-    Row("a torn last line is dropped by a rewrite", CHAIN + '{"format":1,"id":"000', Put(line(4, 3)), Rewrite, ids(1, 2, 3, 4)),
+    Row("a torn last line is dropped by a rewrite", CHAIN + '{"format":1,"id":"000', put(4, 3), Rewrite, ids(1, 2, 3, 4)),
 ]
 
 
@@ -92,14 +100,14 @@ def test_rule(row: Row) -> None:
 
 def test_an_edit_applied_to_the_string_gives_the_new_historys_text() -> None:
     history = History.parse("t", CHAIN)
-    new, edit = apply(history, Put(line(4, 3), [TASK_WRITES]))
+    new, edit = apply(history, put(4, 3, writes=(TASK_WRITES,)))
     assert isinstance(edit, Append) and edited(CHAIN, edit) == new.render() == CHAIN + edit.text
 
 
 def test_a_failing_operation_leaves_the_history_as_it_was() -> None:
     history = History.parse("t", CHAIN)
     with pytest.raises(Exception, match="own ancestor"):
-        apply(history, Put(line(2, 2)))
+        apply(history, put(2, 2))
     assert history.render() == CHAIN and [cid for _ns, cid in history.entries] == ids(1, 2, 3)
 
 

@@ -30,17 +30,6 @@ class Store(ABC):
     #: A short name for messages and listings ("file", "sqlite", ...).
     kind: str = "store"
 
-    #: Whether a write costs enough (an fsync, a round trip to a server) that a saver's pending
-    #: writes should wait up to 2 ms for the step's put to carry them in the same write (see
-    #: `writer_locks.Lingers`). Measured with `benchmarks/ab.py linger` (the agent loop, 100
-    #: turns, A/A'/B interleaved; benchmarks/results/ab.md), in three experiments:
-    #: - Postgres (two): an invoke is 1-11% slower without it, beyond the A/A' noise in every run. On.
-    #: - file, SQLite, Redis: faster with it in every experiment's median (by 7% at 29a49e7;
-    #:   by 1-4.5% at deb937a), beyond the noise in every run in one experiment of three (SQLite:
-    #:   two). A small gain that costs no code of its own (Postgres needs the machinery). On.
-    #: - memory: 2-10% slower with it, beyond the noise in every run. Off.
-    carry_writes: bool = False
-
     @abstractmethod
     def read(self, key: str) -> str | None:
         """The stored string for `key`, or None when there is none."""

@@ -107,7 +107,6 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
 
     kind = "postgres"
     # Versioned: drawn from the sequence ``{prefix}versions``; Indexed: ``{prefix}terms``.
-    carry_writes = True  # a write is a round trip (see `Store.carry_writes`, measured)
 
     def __init__(
         self,

@@ -166,7 +166,6 @@ class RedisStore(Store, Versioned, Indexed, SharedSpace):
 
     kind = "redis"
     # Versioned: (token, length), see the module's docs; Indexed: a sorted set per term.
-    carry_writes = True  # a write is a round trip (see `Store.carry_writes`, measured)
 
     def __init__(
         self,

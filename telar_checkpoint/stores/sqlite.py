@@ -108,7 +108,6 @@ class SQLiteStore(Store, DeferredAppends, Indexed, SharedSpace):
     kind = "sqlite"
     # Versioned: the largest seq of a key's chunks; DeferredAppends: commits share one fsync of the
     # WAL, in `flush`; Indexed: ``telar_terms``.
-    carry_writes = True  # a write waits for an fsync of the WAL (see `Store.carry_writes`, measured)
 
     def __init__(
         self,
