@@ -1,4 +1,4 @@
-"""How long `telar_checkpoint.schema.upgrade` takes as a store grows: linear in its threads?
+"""How long `telar_checkpoint.schema_upgrade.upgrade` takes as a store grows: linear in its threads?
 
     python -m benchmarks.schema_upgrade                        # 1,000, 3,000 and 10,000 threads, file and SQLite
     python -m benchmarks.schema_upgrade --sizes 500,2000 --stores file --backup
@@ -115,7 +115,7 @@ def fill(kind: str, where: Path, threads: int, text: str) -> Store | None:
 
 
 def measure(kind: str, where: Path, threads: int, text: str, *, backup: bool = False) -> dict[str, Any]:
-    from telar_checkpoint.schema import upgrade
+    from telar_checkpoint.schema_upgrade import upgrade
     from tests.schema_graphs import SCHEMA
 
     drop_store(kind, where)

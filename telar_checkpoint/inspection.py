@@ -11,7 +11,7 @@ that does not load (a class not on the allowlist) is shown as stored.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,12 +22,9 @@ from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, TelarError
 from telar_checkpoint.format import line_version
 from telar_checkpoint.history import Entry, History
-from telar_checkpoint.schema import recorded_version
+from telar_checkpoint.progress import Progress
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores.base import SharedSpace, Store
-
-Progress = Callable[[int, int], None]
-"""Called with (done, total) as a function walks the threads of a store."""
 
 INTERRUPT = "__interrupt__"
 _BRANCH = "branch:to:"
@@ -131,7 +128,8 @@ def summarize_thread(thread_id: str, text: str) -> ThreadSummary:
 
 
 def list_threads(store: Store, *, progress: Progress | None = None) -> ThreadListing:
-    """Every thread of `store`, sorted by id; corrupt ones and foreign entries listed apart."""
+    """Every thread of `store`, sorted by id; corrupt ones and foreign entries listed apart.
+    `progress(done, total, thread_id)`: called after each thread (telar_checkpoint/progress.py)."""
     listing = ThreadListing(foreign=store.foreign() if isinstance(store, SharedSpace) else [])
     thread_ids = sorted(store.keys())
     for done, thread_id in enumerate(thread_ids, 1):
@@ -142,7 +140,7 @@ def list_threads(store: Store, *, progress: Progress | None = None) -> ThreadLis
             except StoredDataError as exc:
                 listing.corrupt.append(CorruptThread(thread_id, str(exc)))
         if progress is not None:
-            progress(done, len(thread_ids))
+            progress(done, len(thread_ids), thread_id)
     return listing
 
 
@@ -260,7 +258,7 @@ class CheckpointView:
     values: dict[str, Any]  # channel -> readable JSON
     metadata: dict[str, Any]
     writes: list[dict[str, Any]]  # {"task", "path", "channel", "value"}
-    schema: int = 1  # the thread's state schema version (`schema.recorded_version`; 1 when none is recorded)
+    schema: int = 1  # the thread's state schema version (`History.schema_version`; 1 when none is recorded)
 
 
 def state_values(codec: CheckpointCodec, entry: Entry) -> dict[str, Any]:
@@ -311,7 +309,7 @@ def show_checkpoint(
         values=state_values(codec, entry),
         metadata=dict(entry.line.metadata),
         writes=writes,
-        schema=recorded_version(history),
+        schema=history.schema_version,
     )
 
 

@@ -12,7 +12,6 @@ to its damage, which `verify_thread` calls sound and LangGraph resumes from.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +19,10 @@ from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import StoredDataError, TelarError, UsageError
 from telar_checkpoint.format import CheckpointLine, WritesLine, read_line
 from telar_checkpoint.history import History, Key
+from telar_checkpoint.inspection import read_thread
+from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.file_access import files_mode
 from telar_checkpoint.verify import verify_thread
 
 _UNREACHABLE = {"missing-parent", "missing-owner", "orphan-writes"}  # verify's errors about links, not lines
@@ -108,20 +110,6 @@ def _drop_unreachable(thread_id: str, kept: dict[int, str], dropped: list[Droppe
             return
 
 
-def files_mode(store: Store, thread_id: str | None = None) -> int:
-    """The permissions of the files `store` keeps, which every other file written from it gets too
-    (a repair's backup, an export): those of the thread's file in a file store, else the store's
-    `mode` (0600 by default)."""
-    path = getattr(store, "path", None)
-    if thread_id is not None and store.kind == "file" and callable(path):
-        try:
-            return stat.S_IMODE(os.stat(path(thread_id)).st_mode)
-        except OSError:
-            pass
-    mode = getattr(store, "mode", None)
-    return mode if isinstance(mode, int) and not isinstance(mode, bool) else 0o600
-
-
 def write_file(path: str | os.PathLike[str], text: str, mode: int, *, exclusive: bool = False) -> None:
     """Write `text` to the file at `path`, a new one made with `mode` (an existing one keeps its own);
     with `exclusive`, never over an existing file (FileExistsError)."""
@@ -154,8 +142,6 @@ def repair(
     (RepairConflictError).
     """
     check(repair, locals())
-    from telar_checkpoint.inspection import read_thread
-
     plan = plan_repair(thread_id, read_thread(store, thread_id))
     if dry_run or not plan.needed:
         return plan
@@ -177,8 +163,6 @@ def repair(
             raise RepairConflictError(f"thread {thread_id!r} changed while it was repaired; nothing was written, "
                                       f"run the repair again (the original is in {target})")
         return plan.text
-
-    from telar_checkpoint.saver import TelarSaver
 
     TelarSaver(store).rewrite(thread_id, change)
     return plan

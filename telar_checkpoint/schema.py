@@ -13,12 +13,14 @@ Each thread records the version it is stored at in its root namespace's `dropped
 (`"schema"`, docs/FORMAT.md); a thread without one is at version 1. A step applies to every
 kept checkpoint of every namespace and to the pending writes.
 
-The core is pure: `upgrade_text(thread_id, text, schema, values)` gives the upgraded text of a
-thread (or None when there is nothing to do). A saver made with `schema=` reads older threads
-through it, upgraded in memory (a read never writes), and rewrites a thread at the current
-version before its next write; `upgrade` (and `aupgrade`, its async twin) rewrites every thread
-of a store now, one atomic `TelarSaver.rewrite` each. A thread stored at a newer version than
-the schema is refused (`SchemaVersionError`), never downgraded. docs/SCHEMA.md says more.
+This module is the pure core: the steps, `Schema`, `upgrade_text(thread_id, text, schema,
+values)`, which gives the upgraded text of a thread (or None when there is nothing to do), and
+`SchemaThreads`, what a saver made with `schema=` keeps: it reads older threads through it,
+upgraded in memory (a read never writes), and rewrites a thread at the current version before
+its next write. It does no I/O and imports no saver, store or tool. The offline tool, which
+rewrites every thread of a store now (`upgrade`, `aupgrade`, `status`, their backups), is
+`telar_checkpoint.schema_upgrade`. A thread stored at a newer version than the schema is
+refused (`SchemaVersionError`), never downgraded. docs/SCHEMA.md says more.
 """
 
 from __future__ import annotations
@@ -31,12 +33,10 @@ import os
 import re
 import sys
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -44,33 +44,26 @@ from telar_checkpoint.compaction import MAX_CHAIN
 from telar_checkpoint.errors import StoredDataError, TelarError, UsageError
 from telar_checkpoint.format import CheckpointLine, DroppedLine, is_same, render
 from telar_checkpoint.history import History, Key, Write, WriteKey
-from telar_checkpoint.steps import Steps, arun, call, run
-from telar_checkpoint.stores.base import Store
+from telar_checkpoint.steps import Steps, call
+from telar_checkpoint.stores.base import Change
 from telar_checkpoint.values import SERDE_TAG, ValueCodec
 
 if TYPE_CHECKING:
     from telar_checkpoint.codec import CheckpointCodec
-    from telar_checkpoint.saver import TelarSaver
 
 __all__ = [
     "Schema",
     "SchemaError",
     "SchemaRefusedError",
-    "SchemaStatus",
     "SchemaStepError",
-    "SchemaUpgrade",
     "SchemaVersionError",
-    "aupgrade",
     "drop_channel",
     "load_schema",
     "map_channel",
-    "recorded_version",
     "rename_channel",
     "rename_class",
     "rename_node",
-    "status",
     "transform",
-    "upgrade",
     "upgrade_history",
     "upgrade_text",
 ]
@@ -669,11 +662,6 @@ class Schema:
 # --- the pure core --------------------------------------------------------------
 
 
-def recorded_version(history: History) -> int:
-    """The schema version a thread is stored at: its `dropped` records' `schema`, else 1."""
-    return max((d.schema for d in history.dropped.values() if d.schema is not None), default=1)
-
-
 def upgrade_text(thread_id: str | None, text: str | None, schema: Schema, values: ValueCodec) -> str | None:
     """The text of the thread `text` brought to `schema.version`, or None when it is there already
     (or there is no thread). Raises `SchemaVersionError` for a thread at a newer version,
@@ -681,7 +669,7 @@ def upgrade_text(thread_id: str | None, text: str | None, schema: Schema, values
     if text is None:
         return None
     history = History.parse(thread_id, text)
-    stored = recorded_version(history)
+    stored = history.schema_version
     if stored > schema.version:
         raise SchemaVersionError(thread_id, stored, schema.version)
     if stored == schema.version:
@@ -719,7 +707,7 @@ def upgrade_text(thread_id: str | None, text: str | None, schema: Schema, values
 
 def upgrade_history(thread_id: str | None, history: History, schema: Schema, values: ValueCodec) -> History:
     """`history` brought to `schema.version` in memory (the history itself when it is there)."""
-    stored = recorded_version(history)
+    stored = history.schema_version
     if stored == schema.version or (stored < schema.version and not history.entries and not history.orphans):
         return history
     if stored > schema.version:
@@ -735,6 +723,15 @@ def stamped(thread_id: str | None, schema: Schema, values: ValueCodec, old: str 
         return upgrade_text(thread_id, "", schema, values)
     new = upgrade_text(thread_id, old, schema, values)
     return old if new is None else new
+
+
+class Rewriter(Protocol):
+    """What `SchemaThreads.write_steps` needs of a saver: its one whole-thread write, sync and
+    async (`TelarSaver.rewrite` and `arewrite`). A protocol, so that this module imports no saver."""
+
+    def rewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None: ...
+
+    async def arewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None: ...
 
 
 class SchemaThreads:
@@ -767,9 +764,9 @@ class SchemaThreads:
         """Whether the saver must bring the thread to the schema's version before it writes it."""
         return thread_id not in self._current
 
-    def write_steps(self, saver: TelarSaver, thread_id: str, reading: Steps[History]) -> Steps[None]:
+    def write_steps(self, saver: Rewriter, thread_id: str, reading: Steps[History]) -> Steps[None]:
         """Before the saver's first write of a thread: the thread brought to the schema's version
-        (one `rewrite`), or refused when it is newer. `reading`: the saver's read of the thread,
+        (one `saver.rewrite`), or refused when it is newer. `reading`: the saver's read of the thread,
         which goes through `read` (so refuses a newer thread and notes a current one). A thread
         seen at that version is not read again."""
         if len(self._current) > self.CURRENT_KEPT:
@@ -783,200 +780,6 @@ class SchemaThreads:
     def forget(self, thread_id: str) -> None:
         """The thread was deleted or pruned: read it again before its next write."""
         self._current.discard(thread_id)
-
-
-# --- offline: every thread of a store -------------------------------------------
-
-Progress = Callable[[int, int, str], object]
-"""Called after each thread as `progress(done_threads, total_threads, thread_id)`."""
-
-
-@dataclass(slots=True)
-class SchemaUpgrade:
-    """What `upgrade` did (or, in a dry run, would do)."""
-
-    upgraded: dict[str, int] = field(default_factory=dict)  # thread -> the version it was at
-    current: list[str] = field(default_factory=list)  # threads at the schema's version already
-    failed: dict[str, Exception] = field(default_factory=dict)  # thread -> why it was left as stored
-    backups: dict[str, str] = field(default_factory=dict)  # thread -> the file its text before was written to
-    example: tuple[str, str, str] | None = None  # (thread, text before, text after) of the first thread upgraded
-
-    @property
-    def failures(self) -> int:
-        return len(self.failed)
-
-
-def upgrade(
-    store_or_saver: Store | TelarSaver,
-    schema: Schema,
-    *,
-    dry_run: bool = False,
-    thread_ids: Iterable[str] | None = None,
-    progress: Progress | None = None,
-    backup: str | os.PathLike[str] | None = None,
-) -> SchemaUpgrade:
-    """Bring every thread of a store (or those of `thread_ids`) to `schema.version`: one atomic
-    `TelarSaver.rewrite` per thread. Running it again changes nothing, and an interrupted run
-    leaves each thread as it was or upgraded, so a second run finishes it. A thread a step fails
-    on is left exactly as stored (its error in the report) and the others go on.
-
-    `dry_run`: write nothing. `progress(done, total, thread_id)`: called after each thread.
-    `backup`: a directory (made if needed) where each thread's stored text is written, and
-    synced, before it is changed, as ``<thread id, %-quoted>.v<version>.jsonl`` with the thread
-    files' permissions. `aupgrade` is its async twin."""
-    return run(_upgrade_steps(_saver_of(store_or_saver, schema, thread_ids), schema, dry_run, thread_ids, progress, backup))
-
-
-async def aupgrade(
-    store_or_saver: Store | TelarSaver,
-    schema: Schema,
-    *,
-    dry_run: bool = False,
-    thread_ids: Iterable[str] | None = None,
-    progress: Progress | None = None,
-    backup: str | os.PathLike[str] | None = None,
-) -> SchemaUpgrade:
-    """`upgrade` on the store's async methods (`aread`, `akeys`, `TelarSaver.arewrite`): for an
-    application that holds an async store (an async Postgres or Redis pool) in its event loop.
-    The steps themselves run in the loop, thread by thread, as a read of the saver does."""
-    saver = _saver_of(store_or_saver, schema, thread_ids)
-    return await arun(_upgrade_steps(saver, schema, dry_run, thread_ids, progress, backup))
-
-
-def _saver_of(store_or_saver: Store | TelarSaver, schema: Schema, thread_ids: Iterable[str] | None) -> TelarSaver:
-    from telar_checkpoint.saver import TelarSaver
-
-    if not isinstance(schema, Schema):
-        raise UsageError(f"upgrade: schema must be a Schema, not {type(schema).__name__}")
-    if isinstance(thread_ids, str):
-        raise UsageError("upgrade: thread_ids must be a list of thread ids, not one string")
-    if isinstance(store_or_saver, TelarSaver):
-        return store_or_saver
-    if isinstance(store_or_saver, Store):
-        return TelarSaver(store_or_saver)
-    raise UsageError(f"upgrade: give a Store or a TelarSaver, not {type(store_or_saver).__name__}")
-
-
-def _upgrade_steps(
-    saver: TelarSaver, schema: Schema, dry_run: bool, thread_ids: Iterable[str] | None,
-    progress: Progress | None, backup: str | os.PathLike[str] | None,
-) -> Steps[SchemaUpgrade]:
-    """`upgrade`, written once for the sync and async stores (telar_checkpoint/steps.py)."""
-    values = saver.codec.values
-    report = SchemaUpgrade()
-    store = saver.store
-    backups = None if backup is None or dry_run else _Backups(store, Path(backup), report)
-    chosen = sorted((yield call(store.keys, store.akeys))) if thread_ids is None else list(thread_ids)
-    for done, thread_id in enumerate(chosen, 1):
-        text = yield call(store.read, store.aread, thread_id)
-        try:
-            new = upgrade_text(thread_id, text, schema, values)
-            if new is None:
-                if text is not None:
-                    report.current.append(thread_id)
-            else:
-                assert text is not None
-                version = recorded_version(History.parse(thread_id, text))
-                if backups is not None:
-                    backups.write(thread_id, version, text)
-                if not dry_run:
-                    change = partial(_upgraded, thread_id, schema, values, text, new, backups)
-                    yield call(saver.rewrite, saver.arewrite, thread_id, change, text=new)
-                report.upgraded[thread_id] = version
-                if report.example is None:
-                    report.example = (thread_id, text, new)
-        except (SchemaError, StoredDataError) as exc:
-            report.failed[thread_id] = exc
-        if progress is not None:
-            progress(done, len(chosen), thread_id)
-    return report
-
-
-class _Backups:
-    """Where `upgrade(backup=...)` keeps each thread's text before it changes it."""
-
-    def __init__(self, store: Store, directory: Path, report: SchemaUpgrade) -> None:
-        try:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"cannot make the backup directory {directory}: {exc.strerror}") from None
-        if not directory.is_dir():
-            raise UsageError(f"the backup directory {directory} is not a directory")
-        self.store, self.directory, self.report = store, directory, report
-
-    def write(self, thread_id: str, version: int, text: str) -> None:
-        """The thread's `text` (stored at `version`) in its backup file, synced: written again
-        by a second run (the same text, when the first was interrupted before the rewrite)."""
-        from telar_checkpoint.repairing import files_mode
-
-        path = self.directory / f"{quote(thread_id, safe='')}.v{version}.jsonl"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, files_mode(self.store, thread_id))
-            with open(fd, "w", encoding="utf-8", errors="surrogatepass", newline="") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as exc:
-            raise UsageError(f"cannot write the backup {path}: {exc.strerror}; nothing more was changed") from None
-        self.report.backups[thread_id] = str(path)
-
-
-def _upgraded(
-    thread_id: str, schema: Schema, values: ValueCodec, read: str | None, new: str, backups: _Backups | None, old: str | None
-) -> str | None:
-    """The rewrite `upgrade` makes: `new` when the thread still holds the text it was made from,
-    else the text stored now, upgraded (or as it is; its backup written first)."""
-    if old == read:
-        return new
-    again = upgrade_text(thread_id, old, schema, values)
-    if again is None:
-        return old
-    if backups is not None and old is not None:
-        backups.write(thread_id, recorded_version(History.parse(thread_id, old)), old)
-    return again
-
-
-@dataclass(slots=True)
-class SchemaStatus:
-    """How many threads of a store are at each state schema version (`status`)."""
-
-    version: int  # the schema's
-    versions: dict[int, list[str]] = field(default_factory=dict)  # version -> its threads
-    corrupt: list[StoredDataError] = field(default_factory=list)  # threads that do not read
-
-    @property
-    def counts(self) -> dict[int, int]:
-        return {version: len(threads) for version, threads in sorted(self.versions.items())}
-
-    @property
-    def older(self) -> int:
-        """Threads an upgrade would rewrite."""
-        return sum(len(t) for v, t in self.versions.items() if v < self.version)
-
-    @property
-    def newer(self) -> list[str]:
-        """Threads stored at a newer version than the schema's: refused, never downgraded."""
-        return sorted(t for v, threads in self.versions.items() if v > self.version for t in threads)
-
-
-def status(store: Store, schema: Schema, *, progress: Progress | None = None) -> SchemaStatus:
-    """The threads of `store` by the state schema version they are stored at (read only)."""
-    if not isinstance(schema, Schema):
-        raise UsageError(f"status: schema must be a Schema, not {type(schema).__name__}")
-    report = SchemaStatus(schema.version)
-    chosen = sorted(store.keys())
-    for done, thread_id in enumerate(chosen, 1):
-        text = store.read(thread_id)
-        if text is not None:
-            try:
-                version = recorded_version(History.parse(thread_id, text))
-            except StoredDataError as exc:
-                report.corrupt.append(exc)
-            else:
-                report.versions.setdefault(version, []).append(thread_id)
-        if progress is not None:
-            progress(done, len(chosen), thread_id)
-    return report
 
 
 def load_schema(spec: str) -> Schema:

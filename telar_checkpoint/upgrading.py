@@ -16,7 +16,8 @@ from functools import partial
 
 from telar_checkpoint.errors import StoredDataError
 from telar_checkpoint.history import History
-from telar_checkpoint.inspection import Progress
+from telar_checkpoint.progress import Progress
+from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.stores.base import Store
 
 
@@ -33,9 +34,8 @@ def upgrade_format(
     store: Store, thread_ids: Iterable[str] | None = None, *, dry_run: bool = False, progress: Progress | None = None
 ) -> FormatUpgrade:
     """Rewrite every thread (or those of `thread_ids`) that holds lines of a development build in
-    format versions 1 and 2, one atomic rewrite per thread; `dry_run`: count them, write nothing."""
-    from telar_checkpoint.saver import TelarSaver
-
+    format versions 1 and 2, one atomic rewrite per thread; `dry_run`: count them, write nothing.
+    `progress(done, total, thread_id)`: called after each thread (telar_checkpoint/progress.py)."""
     report = FormatUpgrade()
     saver = TelarSaver(store)
     chosen = sorted(store.keys()) if thread_ids is None else list(thread_ids)
@@ -55,7 +55,7 @@ def upgrade_format(
                     saver.rewrite(thread_id, partial(_in_versions_1_and_2, thread_id))
                 report.upgraded[thread_id] = history.development_lines
         if progress is not None:
-            progress(done, len(chosen))
+            progress(done, len(chosen), thread_id)
     return report
 
 

@@ -22,7 +22,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from telar_checkpoint.errors import StoredDataError, UnknownFormatError
 from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, is_same, line_version, read_stored_line
 from telar_checkpoint.history import History
-from telar_checkpoint.inspection import Progress
+from telar_checkpoint.inspection import read_thread
+from telar_checkpoint.progress import Progress
 from telar_checkpoint.stores.base import SharedSpace, Store
 from telar_checkpoint.values import ValueCodec
 
@@ -257,9 +258,8 @@ def verify_store(
     """`verify_thread` over `thread_ids`, or over every thread and the store's foreign entries.
 
     A thread id given that the store does not hold raises `ThreadNotFoundError`.
+    `progress(done, total, thread_id)`: called after each thread (telar_checkpoint/progress.py).
     """
-    from telar_checkpoint.inspection import read_thread
-
     whole = thread_ids is None
     space = store if whole and isinstance(store, SharedSpace) else None
     report = VerifyReport(foreign=space.foreign() if space else [], stale=space.stale_temp_files() if space else [])
@@ -269,7 +269,7 @@ def verify_store(
         if text is not None:
             report.threads[thread_id] = verify_thread(thread_id, text, serde=serde)
         if progress is not None:
-            progress(done, len(chosen))
+            progress(done, len(chosen), thread_id)
     return report
 
 

@@ -116,7 +116,7 @@ def test_list_threads_on_every_store(store) -> None:
 
     fill(store)
     seen = []
-    listing = list_threads(store, progress=lambda done, total: seen.append((done, total)))
+    listing = list_threads(store, progress=lambda done, total, _thread: seen.append((done, total)))
     assert [(t.thread_id, t.checkpoints, t.latest_step, t.torn) for t in listing.threads] == [
         ("ask", 3, 1, False), ("steps", 5, 3, False), ("sub", 5, 1, False), ("torn", 5, 3, True)
     ]
@@ -335,7 +335,7 @@ def test_golden_v3_an_interrupted_upgrade_loses_nothing_and_a_second_run_finishe
         store.write(f"dev-{n}", DEVELOPMENT_BUILD)
     records = CheckpointCodec().decode_history("g", DEVELOPMENT_BUILD)
 
-    def interrupt_after_two(done: int, total: int) -> None:
+    def interrupt_after_two(done: int, total: int, thread_id: str) -> None:
         if done == 2:
             raise KeyboardInterrupt
 

@@ -22,13 +22,12 @@ from telar_checkpoint.schema import (
     SchemaStepError,
     SchemaVersionError,
     map_channel,
-    recorded_version,
     rename_class,
     rename_node,
     transform,
-    upgrade,
     upgrade_text,
 )
+from telar_checkpoint.schema_upgrade import upgrade
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from tests.schema_graphs import SCHEMA, graph_v1, graph_v2
 
@@ -69,7 +68,7 @@ def test_upgraded_on_read_resumes_on_v2(store: Store) -> None:
     assert all("notes" not in s.values and "scratch" not in s.values for s in graph.get_state_history(_config("t")))
     final = graph.invoke(Command(resume="yes"), _config("t"))
     assert final == _reference()
-    assert recorded_version(History.parse("t", store.read("t"))) == 2  # the write stored it upgraded
+    assert History.parse("t", store.read("t")).schema_version == 2  # the write stored it upgraded
 
 
 def test_upgraded_offline_resumes_on_v2(store: Store) -> None:
@@ -114,7 +113,7 @@ def test_new_thread_is_stamped(store: Store) -> None:
     """A thread started by a saver with a schema is stored at its version: never upgraded again."""
     graph = graph_v2(TelarSaver(store, schema=SCHEMA))
     graph.invoke({"request": "  x  "}, _config("n"))
-    assert recorded_version(History.parse("n", store.read("n"))) == 2
+    assert History.parse("n", store.read("n")).schema_version == 2
     report = upgrade(store, SCHEMA)
     assert report.current == ["n"]
 
@@ -142,7 +141,7 @@ def test_resumes_in_a_new_process(tmp_path: Path, offline: bool) -> None:
     )
     assert child.returncode == 0, child.stderr
     assert json.loads(child.stdout) == _reference()
-    assert recorded_version(History.parse("t", FileStore(path).read("t"))) == 2
+    assert History.parse("t", FileStore(path).read("t")).schema_version == 2
 
 
 def _boom(memo: str) -> str:
@@ -234,8 +233,8 @@ def test_transform_and_rename_class(store: Store) -> None:
 def test_schema_field_in_the_format() -> None:
     line = '{"format":1,"kind":"dropped","floor":null,"replaced":[],"schema":3}\n'
     history = History.parse("x", line)
-    assert recorded_version(history) == 3
-    assert History.parse("x", "").dropped == {} and recorded_version(History.parse("x", "")) == 1
+    assert history.schema_version == 3
+    assert History.parse("x", "").dropped == {} and History.parse("x", "").schema_version == 1
     assert history.clone().render() == line  # kept through a copy and a rewrite
     with pytest.raises(CorruptLineError, match="schema"):
         History.parse("x", line.replace("3}", '"3"}'))
@@ -263,4 +262,4 @@ async def test_async_upgrade_on_read_and_write(store: Store) -> None:
     state = await graph.aget_state(_config("t"))
     assert state.next == ("ask_user",)
     assert await graph.ainvoke(Command(resume="yes"), _config("t")) == _reference()
-    assert recorded_version(History.parse("t", store.read("t"))) == 2
+    assert History.parse("t", store.read("t")).schema_version == 2

@@ -23,7 +23,8 @@ from langgraph.types import Command
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.cli import main
 from telar_checkpoint.history import History
-from telar_checkpoint.schema import Schema, recorded_version, upgrade, upgrade_text
+from telar_checkpoint.schema import Schema, upgrade_text
+from telar_checkpoint.schema_upgrade import upgrade
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from telar_checkpoint.stores.url import open_store
@@ -59,7 +60,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def version_of(store: Store, thread_id: str) -> int:
     text = store.read(thread_id)
     assert text is not None
-    return recorded_version(History.parse(thread_id, text))
+    return History.parse(thread_id, text).schema_version
 
 
 def tree(directory: Path) -> dict[str, str]:

@@ -20,12 +20,10 @@ from telar_checkpoint.schema import (
     Schema,
     SchemaRefusedError,
     SchemaVersionError,
-    aupgrade,
     map_channel,
-    recorded_version,
     rename_node,
-    upgrade,
 )
+from telar_checkpoint.schema_upgrade import aupgrade, upgrade
 from telar_checkpoint.stores import MemoryStore, Store
 from tests.schema_more_graphs import (
     ATTEMPTS,
@@ -76,7 +74,7 @@ def _reference(program: Program) -> tuple[str, list[Any]]:
 
 def _assert_upgraded(store: Store, thread: str, program: Program) -> None:
     text = store.read(thread)
-    assert text is not None and recorded_version(History.parse(thread, text)) == program.schema.version
+    assert text is not None and History.parse(thread, text).schema_version == program.schema.version
     for gone in program.gone:
         assert gone not in text, f"{gone} still stored"
 

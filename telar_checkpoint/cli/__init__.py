@@ -24,28 +24,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from telar_checkpoint.errors import SerializationError, StoredDataError, StoreError, TelarError, UsageError
-
-EXIT_FAILED = 1  # verify found errors, the user said no, a migration had failures
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3  # also: a migration source without threads
-EXIT_CORRUPT = 4
-EXIT_STORE = 5
-
-PROG = "telar-checkpoint"
-
-
-def exit_code(exc: TelarError) -> int:
-    """The exit code for one of our errors."""
-    if isinstance(exc, UsageError):
-        return EXIT_USAGE
-    if isinstance(exc, LookupError):  # a missing thread or checkpoint, or one that was dropped
-        return EXIT_NOT_FOUND
-    if isinstance(exc, (StoredDataError, SerializationError)):
-        return EXIT_CORRUPT
-    if isinstance(exc, StoreError):
-        return EXIT_STORE
-    return EXIT_FAILED
+from telar_checkpoint.cli._exits import (
+    EXIT_CORRUPT,
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_STORE,
+    EXIT_USAGE,
+    PROG,
+    exit_code,
+)
+from telar_checkpoint.errors import TelarError
 
 
 def _version() -> str:
@@ -100,4 +88,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-__all__ = ["build_app", "exit_code", "main"]
+__all__ = [
+    "EXIT_CORRUPT",
+    "EXIT_FAILED",
+    "EXIT_NOT_FOUND",
+    "EXIT_STORE",
+    "EXIT_USAGE",
+    "build_app",
+    "exit_code",
+    "main",
+]

@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-PROG = "telar-checkpoint"
+from telar_checkpoint.cli._exits import PROG
+
 URL_ENV = "TELAR_CHECKPOINT_URL"
 URL_HELP = (
     "the store: a directory (or file:///dir), sqlite:///file.db, postgresql://..., redis://... "

@@ -6,7 +6,7 @@ import contextlib
 import types
 from collections.abc import Iterator
 
-from telar_checkpoint.cli import EXIT_FAILED
+from telar_checkpoint.cli._exits import EXIT_FAILED
 from telar_checkpoint.cli._output import ProgressBar, compact, plural, styled, table, to_json, when
 from telar_checkpoint.errors import ForeignStoreError, NoStoreError, StoreError
 from telar_checkpoint.inspection import (

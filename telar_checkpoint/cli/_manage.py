@@ -6,8 +6,8 @@ import sys
 import types
 from dataclasses import dataclass
 
-from telar_checkpoint.cli import EXIT_CORRUPT, EXIT_FAILED
 from telar_checkpoint.cli._commands import opened
+from telar_checkpoint.cli._exits import EXIT_CORRUPT, EXIT_FAILED
 from telar_checkpoint.cli._output import ProgressBar, confirm, plural, table, to_json
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import StoredDataError, UsageError
@@ -33,7 +33,7 @@ def plan_trim(
     plans, corrupt = [], []
     for done, thread_id in enumerate(thread_ids, 1):
         text = store.read(thread_id)
-        progress(done, len(thread_ids))
+        progress(done, len(thread_ids), thread_id)
         if text is None:
             continue
         try:

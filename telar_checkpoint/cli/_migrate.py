@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 import types
 
-from telar_checkpoint.cli import EXIT_FAILED, EXIT_NOT_FOUND
 from telar_checkpoint.cli._commands import dry_target, opened
+from telar_checkpoint.cli._exits import EXIT_FAILED, EXIT_NOT_FOUND
 from telar_checkpoint.cli._output import ProgressBar, to_json
 from telar_checkpoint.errors import StoredDataError, UsageError
 from telar_checkpoint.inspection import read_thread
 from telar_checkpoint.migration import MigrationReport, export_thread, import_thread, migrate, open_source
-from telar_checkpoint.repairing import files_mode, write_file
+from telar_checkpoint.repairing import write_file
 from telar_checkpoint.saver import TelarSaver
+from telar_checkpoint.stores.file_access import files_mode
 from telar_checkpoint.stores.url import store_kind
 
 

@@ -1,5 +1,5 @@
 """`schema status` and `schema upgrade`: threads by state schema version, and bringing them to it
-(over `telar_checkpoint.schema`)."""
+(over `telar_checkpoint.schema` and `telar_checkpoint.schema_upgrade`)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import sys
 import types
 from typing import Any
 
-from telar_checkpoint.cli import EXIT_CORRUPT, EXIT_FAILED
 from telar_checkpoint.cli._commands import opened
+from telar_checkpoint.cli._exits import EXIT_CORRUPT, EXIT_FAILED
 from telar_checkpoint.cli._output import ProgressBar, compact, plural, table, to_json
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import UsageError
 from telar_checkpoint.history import History
 from telar_checkpoint.inspection import next_nodes, state_values
-from telar_checkpoint.schema import Schema, load_schema, status, upgrade
+from telar_checkpoint.schema import Schema, load_schema
+from telar_checkpoint.schema_upgrade import status, upgrade
 
 
 def cmd_schema(args: types.SimpleNamespace) -> int:

@@ -7,9 +7,10 @@
 """
 
 from telar_checkpoint.migration._files import export_thread, import_thread
-from telar_checkpoint.migration._migrate import MigrationConflictError, Progress, migrate, reencode
+from telar_checkpoint.migration._migrate import MigrationConflictError, migrate, reencode
 from telar_checkpoint.migration._report import LeftOut, MigrationReport
 from telar_checkpoint.migration._sources import open_source
+from telar_checkpoint.progress import Progress  # the one progress type of every tool, named here too
 
 __all__ = [
     "LeftOut",

@@ -19,11 +19,9 @@ from telar_checkpoint.errors import TelarError, UsageError
 from telar_checkpoint.history import History, Key
 from telar_checkpoint.migration._report import ALREADY, BRANCH, NOT_FOUND, SUBGRAPH, TRIMMED, LeftOut, MigrationReport
 from telar_checkpoint.migration._sources import describe, discover_threads, read_records
+from telar_checkpoint.progress import Progress
 from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.schema import Schema, upgrade_text
-
-Progress = Callable[[int, int, str], object]
-"""Called after each thread as `progress(done_threads, total_threads, thread_id)`."""
 
 
 class MigrationConflictError(TelarError):

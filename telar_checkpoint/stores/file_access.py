@@ -10,7 +10,8 @@ directories (long ids) are entered one at a time by descriptor, each with
 ``O_NOFOLLOW``. These flags cost no system call of their own.
 
 Every `OSError` leaves a `FileStore` as a `StoreError` that names the thread and the
-path, says what failed, and what to do (`store_error`).
+path, says what failed, and what to do (`store_error`). A file a tool writes beside a store's
+threads (a backup, an export) gets the permissions of the thread files (`files_mode`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import TYPE_CHECKING
 
 from telar_checkpoint.errors import ForeignDataError, StoreError, StoreFullError
+
+if TYPE_CHECKING:
+    from telar_checkpoint.stores.base import Store
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -172,3 +177,17 @@ def store_error(exc: OSError, *, doing: str, key: str | None, path: str, root: s
         errno.EIO: "the disk reported an I/O error: check it; the last writes may not be on disk",
     }.get(exc.errno or 0, "check the store's directory and try again")
     return StoreError(f"{where}{doing} {path} failed: {reason} ({errno.errorcode.get(exc.errno or 0, exc.errno)}); {advice}")
+
+
+def files_mode(store: Store, thread_id: str | None = None) -> int:
+    """The permissions of the files `store` keeps, which every other file written from it gets too
+    (a repair's or a schema upgrade's backup, an export): those of the thread's file in a file
+    store, else the store's `mode` (0600 by default)."""
+    path = getattr(store, "path", None)
+    if thread_id is not None and store.kind == "file" and callable(path):
+        try:
+            return stat.S_IMODE(os.stat(path(thread_id)).st_mode)
+        except OSError:
+            pass
+    mode = getattr(store, "mode", None)
+    return mode if isinstance(mode, int) and not isinstance(mode, bool) else 0o600
