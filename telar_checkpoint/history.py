@@ -51,14 +51,16 @@ class Entry:
     Entries are shared between a history and its copies, so none is changed once made (by
     convention: not a frozen dataclass, whose init costs twice as much on every put): a change
     makes a new entry (its `writes` dict is its own from then on, see `History.writes_for`).
-    `_full` and `_json` are memos of what its values resolve to, filled as they are read.
+    `_full` is a memo of what its values resolve to, filled as they are read; `list_json` the
+    JSON text, length and depth of its list channels, left by the put that made it for the next
+    put of its namespace to compare with (`take_list_json`).
     """
 
     line: CheckpointLine
     writes: dict[WriteKey, Write] = field(default_factory=dict)
     base: Entry | None = None
     _full: dict[str, Any] = field(default_factory=dict)
-    _json: dict[str, tuple[bytes, int, int]] = field(default_factory=dict)  # list channel -> (its JSON, length, depth): a memo
+    list_json: dict[str, tuple[bytes, int, int]] = field(default_factory=dict)  # list channel -> (its JSON, length, depth)
     _depths: dict[str, int] = field(default_factory=dict)  # channel -> `depth` (a memo; it follows `base`)
 
     def has(self, channel: str) -> bool:
@@ -100,18 +102,13 @@ class Entry:
 
     def take_list_json(self, channel: str) -> tuple[bytes, int, int] | None:
         """The JSON text of the (list) value of `channel`, as `orjson.dumps` writes it, its length
-        and the entry's `depth` there: kept by `keep_list_json` and handed over (only the newest
+        and the entry's `depth` there: kept in `list_json` and handed over (only the newest
         entry keeps it, so memory stays O(state)), or made now; None when it holds no list there."""
-        kept = self._json.pop(channel, None)
+        kept = self.list_json.pop(channel, None)
         if kept is not None or not self.has(channel):
             return kept
         value = self.value(channel)
         return (orjson.dumps(value), len(value), self.depth(channel)) if type(value) is list else None
-
-    def keep_list_json(self, texts: dict[str, tuple[bytes, int, int]]) -> None:
-        """Keep the JSON text, length and depth of list channels (made by the put that wrote this
-        entry) for the next put of the namespace, which compares its own lists with them."""
-        self._json.update(texts)
 
     def depth(self, channel: str) -> int:
         """How many lines that extend or repeat `channel` stand between this entry and its whole
@@ -375,7 +372,7 @@ class History:
         entry = self.entries.get(key)
         if entry is None:
             return self.orphans.setdefault(key, {})
-        entry = self.entries[key] = Entry(entry.line, dict(entry.writes), entry.base, entry._full, entry._json)
+        entry = self.entries[key] = Entry(entry.line, dict(entry.writes), entry.base, entry._full, entry.list_json)
         return entry.writes
 
     def _base_kept(self, entry: Entry) -> bool:

@@ -89,30 +89,29 @@ Operation = Put | WritesLine | Trim | Remove | KeepLatest
 
 def apply(history: History, operation: Operation, *, keep_finished_calls: bool = False) -> tuple[History, Edit]:
     """The history after `operation`, and the edit of its string. `history` is left as it was.
-    `keep_finished_calls`: see `finished_calls`."""
+    `keep_finished_calls`: see `finished_calls`. The new history counts the lines the edit
+    appends: it stands for the edited string."""
     new = history.clone()
+    made: Edit
     if type(operation) is Put:
-        return new, _put(new, operation, keep_finished_calls)
-    if type(operation) is WritesLine:
+        made = _put(new, operation, keep_finished_calls)
+    elif type(operation) is WritesLine:
         line = add_writes(new, operation)
-        return new, _counted(new, edit(new, [] if line is None else [write_writes(line)]))
-    if isinstance(operation, Trim):
+        made = edit(new, [] if line is None else [write_writes(line)])
+    elif isinstance(operation, Trim):
         cut = trim(new, operation.max_history, keep_finished_calls)
-        return new, _counted(new, edit(new, [], rewrite=bool(cut) or new.holds_trimmed))
-    if isinstance(operation, Remove):
+        made = edit(new, [], rewrite=bool(cut) or new.holds_trimmed)
+    elif isinstance(operation, Remove):
         if not operation.keys:
             return new, Append()
         remove(new, set(operation.keys))
-        return new, edit(new, [], rewrite=True)
-    assert isinstance(operation, KeepLatest)
-    return new, _counted(new, edit(new, [], rewrite=keep_latest(new, keep_finished_calls)))
-
-
-def _counted(history: History, made: Edit) -> Edit:
-    """`made`, with the lines it appends counted by `history`, which then stands for the new string."""
+        made = edit(new, [], rewrite=True)
+    else:
+        assert isinstance(operation, KeepLatest)
+        made = edit(new, [], rewrite=keep_latest(new, keep_finished_calls))
     if type(made) is Append and made.lines:
-        history.count_appended(made.lines)
-    return made
+        new.count_appended(made.lines)
+    return new, made
 
 
 # --- a put ----------------------------------------------------------------------------
@@ -124,7 +123,7 @@ def _put(history: History, put: Put, keep: bool) -> Edit:
     changed = put_line(history, line, put.writes, keep)  # dropped or updated a stored line
     entry: Entry | None = history.entries.get((line.ns, line.id))
     if entry is not None and entry.line is line and lists:
-        entry.keep_list_json(lists)
+        entry.list_json.update(lists)  # for the next put of the namespace to compare its lists with
     added = [] if changed else [line.text]
     if put.writes and entry is not None and not changed:
         tasks = {w.task_id for w in put.writes}
@@ -138,25 +137,14 @@ def _put(history: History, put: Put, keep: bool) -> Edit:
             made = trimmed(history, added, floors)
             if floors is not None and type(made) is Append:
                 history.floors_appended += len(floors)
-            return _counted(history, made)
-    return _counted(history, edit(history, added, rewrite=changed))
+            return made
+    return edit(history, added, rewrite=changed)
 
 
 def checkpoint_line(put: Put, parent: Entry | None) -> tuple[CheckpointLine, dict[str, tuple[bytes, int, int]]]:
-    """The put's line, built against its stored `parent`: list channels that only grew since the
-    parent stored as what they added; and the JSON text, length and depth of the lists compared
-    on the way (kept for the next put to compare with, `Entry.take_list_json`)."""
-    values, appended, lists = _values(put, parent)
-    # ns, id, parent, metadata, checkpoint, extra, values, appended (by position: keywords
-    # make this init twice as slow, on every put)
-    line = CheckpointLine(put.ns, put.id, put.parent, put.metadata, put.checkpoint, put.extra, values, appended)
-    line.text = write_checkpoint(line)
-    return line, lists
-
-
-def _values(put: Put, parent: Entry | None) -> tuple[dict[str, Any], dict[str, list[Any]], dict[str, tuple[bytes, int, int]]]:
-    """Encoded values, the list channels that only grew since `parent` (as the items added),
-    and the JSON text of the lists compared with the parent's.
+    """The put's line, built against its stored `parent`: its values encoded, list channels that
+    only grew since the parent stored as the items they added; and the JSON text, length and
+    depth of the lists compared on the way (kept for the next put, `Entry.take_list_json`).
 
     `put.values` holds the channels encoded when the put was given. Another channel whose
     version is the parent's holds the parent's value: LangGraph gives a channel a new version
@@ -191,7 +179,11 @@ def _values(put: Put, parent: Entry | None) -> tuple[dict[str, Any], dict[str, l
         values[channel] = put.encode(value)
     appended, lists = _appended(values, parent) if parent is not None else ({}, {})
     appended.update(unchanged)
-    return values, appended, lists
+    # ns, id, parent, metadata, checkpoint, extra, values, appended (by position: keywords
+    # make this init twice as slow, on every put)
+    line = CheckpointLine(put.ns, put.id, put.parent, put.metadata, put.checkpoint, put.extra, values, appended)
+    line.text = write_checkpoint(line)
+    return line, lists
 
 
 def _appended(values: dict[str, Any], parent: Entry) -> tuple[dict[str, list[Any]], dict[str, tuple[bytes, int, int]]]:
