@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from telar_checkpoint.compaction import Append, Rewrite, edited
-from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, write_checkpoint, write_dropped, write_writes
+from telar_checkpoint.format import SAME, CheckpointLine, DroppedLine, WritesLine, write_checkpoint, write_dropped, write_writes
 from telar_checkpoint.history import History
 from telar_checkpoint.rules import KeepLatest, Operation, Put, Remove, Trim, apply
 
@@ -122,3 +122,69 @@ def test_a_copy_shares_no_container_with_its_history() -> None:
               if getattr(copy, name) is value]
     assert shared == []
     assert vars(copy).keys() == vars(history).keys()
+
+
+# --- the line built against its parent, and the rules beside it --------------------------
+
+
+def chat_put(n: int, parent: int | None, messages: list, versions: dict, encoded: tuple[str, ...], ns: str = "",
+             parents: dict | None = None, source: str = "loop") -> Put:
+    """Checkpoint `n` holding a list channel `messages` and a dict channel `profile`; `encoded`:
+    the channels LangGraph changed (encoded when given), the others as given."""
+    values = {"messages": messages, "profile": {"name": "Ada"}}
+    checkpoint = {"v": 4, "ts": f"2026-01-01T00:00:{n:02}", "channel_versions": versions}
+    return Put(ns, f"{n:08}", None if parent is None else f"{parent:08}", {"source": source, "step": n, "parents": parents or {}},
+               checkpoint, {}, {ch: values[ch] for ch in encoded}, values, encode=lambda value: value)
+
+
+LINE_ROWS = [
+    # (name, the put after a first checkpoint holding ["a"] and the profile, what the line stores)
+    ("a list that only grew is stored as what it added",
+     chat_put(2, 1, ["a", "b"], {"messages": 2, "profile": 1}, ("messages",)),
+     {"appended": {"messages": ["b"]}, "values": {"profile": SAME}}),
+    ("a list changed in place is stored whole",
+     chat_put(2, 1, ["z", "b"], {"messages": 2, "profile": 1}, ("messages",)),
+     {"appended": {}, "values": {"messages": ["z", "b"], "profile": SAME}}),
+    ("a channel whose version is its parent's is stored by reference, not encoded again",
+     chat_put(2, 1, ["a"], {"messages": 1, "profile": 1}, ()),
+     {"appended": {"messages": []}, "values": {"profile": SAME}}),
+    ("a channel whose version moved is encoded, even when LangGraph did not name it",
+     chat_put(2, 1, ["a"], {"messages": 1, "profile": 2}, ()),
+     {"appended": {"messages": []}, "values": {"profile": {"name": "Ada"}}}),
+    ("without its parent stored, every value is written whole",
+     chat_put(2, 9, ["a", "b"], {"messages": 2, "profile": 1}, ("messages",)),
+     {"appended": {}, "values": {"messages": ["a", "b"], "profile": {"name": "Ada"}}}),
+]
+
+
+@pytest.mark.parametrize("row", LINE_ROWS, ids=[row[0] for row in LINE_ROWS])
+def test_the_line_of_a_put_is_built_against_its_parent(row) -> None:
+    _name, operation, stored = row
+    first = chat_put(1, None, ["a"], {"messages": 1, "profile": 1}, ("messages", "profile"), source="input")
+    history, _ = apply(History(), first)
+    new, edit = apply(history, operation)
+    assert isinstance(edit, Append) and len(edit.lines) == 1
+    line = new.entries[("", operation.id)].line
+    assert line.appended == stored["appended"]
+    assert {ch: v for ch, v in line.values.items()} == stored["values"]
+    read = History.parse("t", edited(edited(None, apply(History(), first)[1]), edit))
+    entry = read.entries[("", operation.id)]
+    assert entry.value("messages") == operation.channel_values["messages"], "the line reads back as the value given"
+    assert entry.value("profile") == {"name": "Ada"}
+
+
+def test_a_finished_subgraph_call_goes_with_the_next_put_of_the_graph_around_it() -> None:
+    root = apply(History(), put(1, None, "input"))[0]
+    call = chat_put(2, None, ["x"], {"messages": 1, "profile": 1}, ("messages", "profile"), ns="node:task", parents={"": "00000001"})
+    with_call = apply(root, call)[0]
+    assert ("node:task", "00000002") in with_call.entries
+    new, edit = apply(with_call, put(3, 1))
+    assert isinstance(edit, Rewrite), "dropping the call's lines rewrites the string"
+    assert [key for key in new.entries] == [("", "00000001"), ("", "00000003")]
+
+
+def test_writes_for_a_replaced_checkpoint_are_not_stored() -> None:
+    replaced, _ = apply(History.parse("t", FORKED), put(5, 4))
+    assert replaced.dropped_reason("", "00000002") == "replaced"
+    new, edit = apply(replaced, WritesLine("", "00000002", "late", "", [(0, "count", 1)]))
+    assert isinstance(edit, Append) and edit.lines == () and ("", "00000002") not in new.entries
