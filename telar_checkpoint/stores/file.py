@@ -56,7 +56,6 @@ from telar_checkpoint.stores.group_commit import DeferredAppends
 
 __all__ = ["FileStore", "decode_name", "encode_name"]
 
-TEXTS_KEPT = 32  # files whose last text is kept, to answer a read with one stat
 FILES_KEPT = 128  # threads whose history file stays open (for appends and flock)
 _CLEAN_EVERY = 600.0  # seconds between two looks for stale temporary files (`file_temps`) by one store
 
@@ -92,17 +91,15 @@ forks.in_child_after_fork(_forget_parents_files)
 class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
     """Histories as files under `directory`, one per thread.
 
-    The last text read or written for each file is kept with the file's
-    signature (inode, size, modification times); a read whose signature still
-    matches costs one `lstat`, so long histories are not re-read on every step.
-    Any change by another process changes the signature: appends grow the size,
-    rewrites rename a new inode into place.
+    A read reads the file: the store keeps no texts (the saver keeps parsed histories by
+    the store's version, `writing.py`, which is the one cache). A file's version is its
+    signature (inode, size, modification times): appends grow the size, rewrites rename
+    a new inode into place.
     """
 
     kind = "file"
     # Versioned: a file's signature (see `file_handle.signature_of`); DeferredAppends: a batch of
     # appends shares one fsync, in `flush`; Indexed: in an SQLite database beside the files (`file_index`).
-    carry_writes = True  # a write waits for an fsync (see `Store.carry_writes`, measured)
 
     def __init__(
         self,
@@ -125,7 +122,6 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
         self.lock_timeout = lock_timeout
         self._make_root(create)
         self._index: FileIndex | None = None
-        self._texts: OrderedDict[str, tuple[Signature, str]] = OrderedDict()  # the last texts, by thread
         self._handles: OrderedDict[str, Handle] = OrderedDict()  # by thread, most recent last
         self._guard = threading.Lock()
         self._cleaned = -_CLEAN_EVERY  # when (monotonic) this store last removed stale temporary files
@@ -291,21 +287,14 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
         except OSError as exc:
             raise self._failed(exc, "reading", key) from exc
 
-    def _read(self, key: str, st: os.stat_result | None = None) -> tuple[str | None, Signature | None]:
+    def _read(self, key: str, relative: str | None = None) -> tuple[str | None, Signature | None]:
         """The text and the signature it was read at (None, None when there is no file);
-        `st`, the stat of the file at the key's name when the caller has it."""
-        if st is None:
+        `relative`, the file's name when the caller knows it (a writer holding its lock)."""
+        if relative is None:
             found = self._locate(key)
             if found is None:
-                self._texts.pop(key, None)
                 return None, None
-            relative, st = found
-        else:
-            relative = encode_name(key)
-        signature = signature_of(st)
-        cached = self._texts.get(key)
-        if cached is not None and cached[0] == signature:
-            return cached[1], signature
+            relative = found[0]
         try:
             fd, st = open_regular(self._root, relative, os.O_RDONLY, key)
         except FileNotFoundError:
@@ -314,16 +303,7 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
             data = _read_all(fd, st.st_size)
         finally:
             os.close(fd)
-        signature = signature_of(st)
-        text = _text(key, data)
-        self._remember(key, signature, text)
-        return text, signature
-
-    def _remember(self, key: str, signature: Signature, text: str) -> None:
-        self._texts[key] = (signature, text)
-        self._texts.move_to_end(key)
-        while len(self._texts) > TEXTS_KEPT:
-            self._texts.popitem(last=False)
+        return _text(key, data), signature_of(st)
 
     def update(self, key: str, change: Change) -> str | None:
         return self.update_versioned(key, change)[0]
@@ -342,8 +322,7 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
                     if created is None:
                         continue  # another writer created the file first (or it was moved to its name)
                     return created
-                old, signature = self._read(key, st)
-                self._texts.pop(key, None)  # re-read after a failed write
+                old, signature = self._read(key, handle.relative)
                 new = change(old)
                 ticket = 0
                 if new is None:
@@ -356,7 +335,6 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
                         if appended is None:
                             continue  # the file was changed by another hand: change what is there
                         ticket, signature = appended
-                    self._remember(key, signature, new)  # type: ignore[arg-type]
                 else:
                     signature = self._replace(key, new)
                     handle.close()  # the file it locked was replaced (which lets the lock go)
@@ -405,7 +383,6 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
         with self._errors("appending to", key), self._locked(key) as (handle, st):
             if st is None or signature_of(st) != version:
                 return None
-            self._texts.pop(key, None)
             appended = self._append(handle, suffix)
             return None if appended is None else appended[1]
 
@@ -417,7 +394,6 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
 
     def delete(self, key: str) -> None:
         with self._errors("deleting", key), self._locked(key) as (handle, st):
-            self._texts.pop(key, None)
             if st is not None:
                 self._remove(key, handle)
             legacy = legacy_name(key)
@@ -466,14 +442,11 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
         return None if st is None else signature_of(st)
 
     def _replace(self, key: str, text: str) -> Signature | None:
-        """Write `text` whole as the file of `key` (and remember it): the file's signature."""
+        """Write `text` whole as the file of `key`: the file's signature."""
         relative = encode_name(key)
         self._write_key_file(key, relative)
         self._write_atomic(relative, text, key)
-        signature = self._signature(relative)
-        if signature is not None:
-            self._remember(key, signature, text)
-        return signature
+        return self._signature(relative)
 
     def _write_key_file(self, key: str, relative: str) -> None:
         """A file named by its key's hash (`LONG_DIR`) has the key in a `.key` file beside it."""
