@@ -7,8 +7,9 @@ The thread holds a few checkpoints of a 10-message chat, each with a task's pend
 has been read, so the saver's caches hold it (a warm thread). Then one `put` of the next
 checkpoint, one `put_writes` of one message on it and one `get_tuple` of the latest are each
 run under `sys.setprofile`, counting the calls of functions defined in `telar_checkpoint/`:
-the distinct functions, the modules they are in, and the calls. docs/ARCHITECTURE.md quotes
-these counts ("The path of a put").
+the distinct functions, the modules they are in, and the calls (a generator counts once per
+resumption; functions Python generates, as a dataclass's `__init__`, are not ours and not
+counted). docs/ARCHITECTURE.md quotes these counts ("The path of a put").
 """
 
 from __future__ import annotations

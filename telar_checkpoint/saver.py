@@ -44,8 +44,7 @@ from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
 from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.file import FileStore
-from telar_checkpoint.terms import metadata_terms
-from telar_checkpoint.thread_index import ThreadIndex
+from telar_checkpoint.thread_index import ThreadIndex, metadata_terms
 from telar_checkpoint.values import ValueCodec
 from telar_checkpoint.writing import RewriteThread, Writer
 

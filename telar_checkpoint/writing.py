@@ -28,6 +28,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 
 from telar_checkpoint import forks
 from telar_checkpoint.compaction import Append, edited
@@ -73,17 +74,17 @@ class RewriteThread:
 Change = Put | WritesLine | RewriteThread
 
 
+@dataclass(slots=True, eq=False)
 class _Kept:
     """What `Histories` keeps of one thread: the store's `version` of it (None: not known), the
     `history` parsed from or made for that version, and the text it stands for, when known:
     `text`, then the `suffixes` appended to it since (joined when next needed)."""
 
-    __slots__ = ("version", "history", "text", "suffixes", "pending")
-
-    def __init__(self, version: Hashable | None, history: History, text: str | None) -> None:
-        self.version, self.history, self.text = version, history, text
-        self.suffixes: list[str] = []
-        self.pending = 0  # characters in `suffixes`
+    version: Hashable | None
+    history: History
+    text: str | None
+    suffixes: list[str] = field(default_factory=list)
+    pending: int = 0  # characters in `suffixes`
 
 
 class Histories:

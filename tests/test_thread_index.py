@@ -18,8 +18,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
-from telar_checkpoint.terms import filter_terms, metadata_terms
-from telar_checkpoint.thread_index import KEYS_PAGE
+from telar_checkpoint.thread_index import KEYS_PAGE, filter_terms, metadata_terms
 from tests.stores import describe, postgres_admin, redis_admin, redis_cluster_admin, reopen
 
 THREADS = 12

@@ -129,7 +129,7 @@ class Versioned(ABC):
 class Indexed(ABC):
     """An optional protocol of a `Store`: an index of terms, so that operations across threads
     (`list(None, filter=...)`, `delete_for_runs`) cost what they find, not how many keys are
-    stored. A term is a short string (a run id, a metadata value: see `telar_checkpoint.terms`).
+    stored. A term is a short string (a run id, a metadata value: see `telar_checkpoint.thread_index`).
 
     The saver records a key's terms before it writes lines that hold them, so the index may hold
     more than the values do (a write that failed after, a term removed since) but never less;

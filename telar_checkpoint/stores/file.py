@@ -11,7 +11,7 @@ temporary file in ``.tmp`` that is fsynced and renamed over the old one (`file_t
 temporary files of writers that were killed are removed by the next rewrite).
 Writers of one thread, in threads or in processes, are serialized by ``flock``
 on its history file, whose descriptor stays open (for the most recently used
-threads), for at most `lock_timeout` seconds (`file_locks`). A write under the
+threads), for at most `lock_timeout` seconds (`file_handle.flock_within`). A write under the
 lock is an ``lstat``, the append and an ``fstat``, which gives the new version
 and finds out whether a person or a tool that takes no lock changed the file
 meanwhile (the append is then taken back and the change made again on what is
@@ -47,9 +47,8 @@ from telar_checkpoint.stores.file_access import (
     open_regular,
     store_error,
 )
-from telar_checkpoint.stores.file_handle import Handle, Signature, signature_of
+from telar_checkpoint.stores.file_handle import Handle, Signature, flock_within, signature_of
 from telar_checkpoint.stores.file_index import INDEX_DIR, FileIndex
-from telar_checkpoint.stores.file_locks import flock_within
 from telar_checkpoint.stores.file_names import LONG_DIR, SUFFIX, decode_name, encode_name, legacy_name, names_key
 from telar_checkpoint.stores.file_temps import TMP, stale_temp_files, write_through_temp
 from telar_checkpoint.stores.group_commit import DeferredAppends
@@ -198,7 +197,8 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
     @contextmanager
     def _errors(self, doing: str, key: str | None) -> Iterator[None]:
         """Raise an OSError met while `doing` something for thread `key` as `_failed` says (not
-        on the paths where a context manager's cost shows: `read`, `version`)."""
+        on the paths where a context manager's cost shows: `read`, `version`, the appends and
+        flushes of a put)."""
         try:
             yield
         except OSError as exc:
@@ -380,17 +380,25 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
     def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> Signature | None:
         if version is None:
             return None
-        with self._errors("appending to", key), self._locked(key) as (handle, st):
-            if st is None or signature_of(st) != version:
-                return None
-            appended = self._append(handle, suffix)
-            return None if appended is None else appended[1]
+        try:  # (not `_errors`: every write of a put comes here)
+            with self._locked(key) as (handle, st):
+                if st is None or signature_of(st) != version:
+                    return None
+                appended = self._append(handle, suffix)
+                return None if appended is None else appended[1]
+        except OSError as exc:
+            raise self._failed(exc, "appending to", key) from exc
 
     def flush(self, key: str) -> None:
         """Return once every append of `key` so far is on disk."""
+        if not self.fsync:
+            return
         handle = self._handle(key)
-        with self._errors("syncing", key):
-            self._sync(handle, handle.commits.written)
+        try:
+            if ticket := handle.commits.written:  # (`_sync`, inline)
+                handle.commits.flush(ticket, handle.sync)
+        except OSError as exc:
+            raise self._failed(exc, "syncing", key) from exc
 
     def delete(self, key: str) -> None:
         with self._errors("deleting", key), self._locked(key) as (handle, st):
@@ -427,7 +435,7 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
         """Append to the locked file: the ticket to pass to `_sync` once the lock is released,
         and the file's signature; None when another hand had changed the file (nothing is
         appended then)."""
-        signature = handle.append(encode(text))
+        signature = handle.append(text.encode("utf-8", "surrogatepass"))  # (`common.encode`, inline: every put)
         if signature is None:
             return None
         return handle.commits.wrote(), signature

@@ -2,6 +2,13 @@
 
 The descriptor stays open for appends and for ``flock``, which serializes the
 thread's writers in every process, a write at a time. See `Handle`.
+
+A writer waits for an ``flock`` for a bounded time, then gets an error that names the holder
+(`flock_within`): a blocking ``flock`` waits for ever when its holder never lets go (a process
+stopped with SIGSTOP, a lock taken by hand, or a bug), and a hang is worse than an error. So it
+polls a non-blocking ``flock``, backing off from 0.5 ms to 5 ms, until the timeout has passed,
+then raises `StoreBusyError` naming the thread, the file and, where ``/proc/locks`` tells it,
+the process that holds the lock.
 """
 
 from __future__ import annotations
@@ -9,10 +16,14 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 
+from telar_checkpoint.errors import StoreBusyError
 from telar_checkpoint.stores.file_access import open_regular
-from telar_checkpoint.stores.file_locks import flock_within
 from telar_checkpoint.stores.group_commit import GroupCommit
+
+FIRST_PAUSE = 0.0005  # seconds between the first tries; doubled up to LONGEST_PAUSE
+LONGEST_PAUSE = 0.005
 
 Signature = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
 
@@ -37,7 +48,7 @@ class Handle:
 
     def __init__(self, root: str, relative: str, key: str, lock_timeout: float) -> None:
         self.root, self.relative, self.key = root, relative, key
-        self.lock_timeout = lock_timeout  # seconds to wait for another's flock (`file_locks`)
+        self.lock_timeout = lock_timeout  # seconds to wait for another's flock (`flock_within`)
         self.path = f"{root}/{relative}"
         self.local = threading.Lock()
         self.fd: int | None = None
@@ -83,7 +94,9 @@ class Handle:
         assert self.fd is not None and self.st is not None
         expected = self.st.st_size + len(data)
         try:
-            self._write(data)
+            view = memoryview(data)
+            while view:  # (os.write may write part of it)
+                view = view[os.write(self.fd, view) :]
         except OSError:  # a full disk, an I/O error: take back what part of it was written
             try:
                 os.ftruncate(self.fd, self.st.st_size)
@@ -100,12 +113,6 @@ class Handle:
         self.release()  # (an unlinked file is replaced or removed: the path is looked up again)
         return None
 
-    def _write(self, data: bytes) -> None:
-        assert self.fd is not None
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
-
     def sync(self) -> None:
         """fsync the history file (under the commits' `sync_lock`, which `close` takes too).
         It is closed only when removed or rewritten (a rewrite is fsynced whole, appends
@@ -120,3 +127,59 @@ class Handle:
                 os.close(self.fd)
                 self.fd = None
         self.st = None
+
+
+# --- waiting for a lock ----------------------------------------------------------------------
+
+
+def flock_within(fd: int, timeout: float, *, key: str | None, path: str) -> None:
+    """Hold an exclusive ``flock`` on `fd`, waiting at most `timeout` seconds for it."""
+    deadline = time.monotonic() + timeout
+    pause = FIRST_PAUSE
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise busy_error(fd, timeout, key=key, path=path) from None
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, LONGEST_PAUSE)
+
+
+def busy_error(fd: int, timeout: float, *, key: str | None, path: str) -> StoreBusyError:
+    """The error for a lock on `fd`'s file still held by another after `timeout` seconds."""
+    holders = lock_holders(os.fstat(fd).st_ino)
+    if not holders:
+        who = "another writer"
+    elif holders == [os.getpid()]:
+        who = f"another store or file descriptor of this process (pid {os.getpid()})"
+    else:
+        who = "process " + ", ".join(str(pid) for pid in holders)
+    where = f"thread {key!r}: " if key is not None else ""
+    return StoreBusyError(
+        f"{where}{path} stayed locked by {who} for {timeout:g} s; nothing was written and what was "
+        "stored is as it was. If that process is stopped or stuck, end it; otherwise raise the "
+        "store's lock_timeout"
+    )
+
+
+def lock_holders(inode: int) -> list[int]:
+    """The pids that hold an ``flock`` on the file with `inode`, as ``/proc/locks`` lists
+    them (Linux); empty where it cannot be told."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            lines = locks.read().splitlines()
+    except OSError:
+        return []
+    pids = []
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4242 08:01:131 0 EOF"; a waiter's line has "->" after the number
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+            try:
+                pids.append(int(fields[4]))
+            except ValueError:
+                continue
+    return sorted(set(pids))
