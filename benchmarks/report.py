@@ -93,13 +93,17 @@ def targets(results: dict[str, Any]) -> list[Target]:
     overhead("Telar/redis", "PlainRedisSaver", 0.5, "Redis store per-invoke overhead vs the plain-Redis saver's")
 
     ratio, detail = _micro_put_ratio(results, "micro", "Telar/memory", "InMemorySaver")
-    found.append(Target("put of a chat of 10 messages, memory store vs InMemorySaver", ratio, 1.0, "<=", detail))
+    # The two put targets as issue 39's decision rebased them: the 10-message put at most 1.0x timed
+    # alone (benchmarks/put_floor.py) and at most 2.0x inside this benchmark; the 1,000-message put,
+    # whose floor is encoding every message exactly, at most 0.5x. Judged on the median of three runs.
+    goal = "put of a chat of 10 messages, memory store vs InMemorySaver (inside the full benchmark)"
+    found.append(Target(goal, ratio, 2.0, "<=", detail))
     ratio, detail = _micro_put_ratio(results, "long_chat", "Telar/memory", "InMemorySaver")
     chat = results.get("long_chat", {}).get("Telar/memory", {}).get("messages")
     goal = "put of a chat of 1,000 messages growing by one a put, memory store vs InMemorySaver"
     if chat:
         detail += f" (chat of {chat[0]:,} to {chat[1]:,} messages)"
-    found.append(Target(goal, ratio, 0.35, "<=", detail))
+    found.append(Target(goal, ratio, 0.5, "<=", detail))
 
     scaling = results.get("scaling", {})
     for name in TELAR_STORES:
