@@ -249,35 +249,38 @@ def make_decoder(allowlist: Allowlist) -> Decode:
     model = CLASS_TAGS["$model"]
 
     def dec(data: Any) -> Any:
-        t = type(data)
-        if t is dict:
-            n = len(data)
-            if n == 1:
-                # A class name already checked (on the allowlist, a pydantic model) goes
-                # straight to its builder; anything else takes the full path, which checks
-                # it, reports what is wrong, and remembers the builder.
-                payload = data.get("$model", data)
-                if type(payload) is dict and len(payload) == 2:
-                    name = payload.get("class")
-                    if type(name) is str:
-                        build = builders.get(name)
-                        fields = payload.get("fields")
-                        if build is not None and type(fields) is dict:
-                            return build(fields, dec)
-                for key in data:
-                    if key == "$model":
-                        return model(data[key], dec, allowlist)
-                    if key[:1] == "$":
-                        return _tagged(key, data[key])
-            elif n == 0:
-                return {}
-            # leaves inline: one call per container, not per string
-            return {k: v if type(v) in leaf else dec(v) for k, v in data.items()}
-        if t is list:
-            if not data:
-                return []
-            return [v if type(v) in leaf else dec(v) for v in data]
-        return data
+        try:  # every call guards (free since Python 3.11): the one the recursion fails in answers
+            t = type(data)
+            if t is dict:
+                n = len(data)
+                if n == 1:
+                    # A class name already checked (on the allowlist, a pydantic model) goes
+                    # straight to its builder; anything else takes the full path, which checks
+                    # it, reports what is wrong, and remembers the builder.
+                    payload = data.get("$model", data)
+                    if type(payload) is dict and len(payload) == 2:
+                        name = payload.get("class")
+                        if type(name) is str:
+                            build = builders.get(name)
+                            fields = payload.get("fields")
+                            if build is not None and type(fields) is dict:
+                                return build(fields, dec)
+                    for key in data:
+                        if key == "$model":
+                            return model(data[key], dec, allowlist)
+                        if key[:1] == "$":
+                            return _tagged(key, data[key])
+                elif n == 0:
+                    return {}
+                # leaves inline: one call per container, not per string
+                return {k: v if type(v) in leaf else dec(v) for k, v in data.items()}
+            if t is list:
+                if not data:
+                    return []
+                return [v if type(v) in leaf else dec(v) for v in data]
+            return data
+        except RecursionError:
+            raise SerializationError("stored value is nested too deeply to load") from None
 
     def _tagged(tag: str, payload: Any) -> Any:
         decode = TAGS.get(tag)

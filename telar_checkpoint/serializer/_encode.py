@@ -49,29 +49,33 @@ _NO_DEFAULT = object()
 
 
 def to_jsonable(obj: Any) -> Any:
-    """`obj` as dicts (str keys), lists, str, 64-bit ints, finite floats, bools and None."""
-    t = type(obj)
-    if t is str:
-        if obj.isascii():
-            if "\x00" not in obj:
+    """`obj` as dicts (str keys), lists, str, 64-bit ints, finite floats, bools and None;
+    SerializationError if a part cannot be stored or is nested too deeply (or contains itself)."""
+    try:  # every call guards (free since Python 3.11): the one the recursion fails in answers
+        t = type(obj)
+        if t is str:
+            if obj.isascii():
+                if "\x00" not in obj:
+                    return obj
+            elif UNSAFE_CHARS.search(obj) is None:
                 return obj
-        elif UNSAFE_CHARS.search(obj) is None:
+            return _encode_unsafe_str(obj)
+        if t is dict:
+            return _encode_dict(obj)
+        if t is list:
+            return _encode_list(obj)
+        if t is int:
+            return obj if INT_MIN <= obj <= INT_MAX else _encode_big_int(obj)
+        if t is float:
+            return obj if obj - obj == 0.0 else {"$float": repr(obj)}
+        if obj is None or t is bool:
             return obj
-        return _encode_unsafe_str(obj)
-    if t is dict:
-        return _encode_dict(obj)
-    if t is list:
-        return _encode_list(obj)
-    if t is int:
-        return obj if INT_MIN <= obj <= INT_MAX else _encode_big_int(obj)
-    if t is float:
-        return obj if obj - obj == 0.0 else {"$float": repr(obj)}
-    if obj is None or t is bool:
-        return obj
-    encode = _encoder_of(t)
-    if encode is None:
-        encode = _encoder_for_class(t, obj)
-    return encode(obj)
+        encode = _encoder_of(t)
+        if encode is None:
+            encode = _encoder_for_class(t, obj)
+        return encode(obj)
+    except RecursionError:
+        raise SerializationError("cannot store a value nested this deeply (or one that contains itself)") from None
 
 
 def _plain_key(key: Any) -> bool:

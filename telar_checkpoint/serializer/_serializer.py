@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import orjson
@@ -42,25 +42,15 @@ class JsonSerializer:
             self._allowlist.add_class(cls)
         for key in allowlist or ():
             self._allowlist.add_name(key)
-        self._decode = make_decoder(self._allowlist)
+        self.from_jsonable = make_decoder(self._allowlist)
 
-    def to_jsonable(self, obj: Any) -> Any:
-        """`obj` as a value made only of JSON types (str-keyed dicts, lists, str, 64-bit
-        ints, finite floats, bools, None); SerializationError if a part cannot be stored."""
-        try:
-            return to_jsonable(obj)
-        except RecursionError:
-            raise SerializationError(
-                "cannot store a value nested this deeply (or one that contains itself)"
-            ) from None
-
-    def from_jsonable(self, data: Any) -> Any:
-        """The value `to_jsonable` was given (see the package docs for what loads as
-        plain data); SerializationError for data we did not write."""
-        try:
-            return self._decode(data)
-        except RecursionError:
-            raise SerializationError("stored value is nested too deeply to load") from None
+    # The walks themselves, no call of ours around them (every put and read goes through them):
+    to_jsonable = staticmethod(to_jsonable)
+    """`obj` as a value made only of JSON types (str-keyed dicts, lists, str, 64-bit ints,
+    finite floats, bools, None); SerializationError if a part cannot be stored."""
+    from_jsonable: Callable[[Any], Any]
+    """The value `to_jsonable` was given (see the package docs for what loads as plain data);
+    SerializationError for data we did not write. Set per serializer: its allowlist's decoder."""
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         return TYPE_NAME, orjson.dumps(self.to_jsonable(obj))
@@ -91,7 +81,7 @@ class JsonSerializer:
         clone._allowlist = self._allowlist.copy()
         for key in extra_allowlist:
             clone._allowlist.add_name(key)
-        clone._decode = make_decoder(clone._allowlist)
+        clone.from_jsonable = make_decoder(clone._allowlist)
         return clone
 
     def __repr__(self) -> str:
