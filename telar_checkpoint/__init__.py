@@ -17,6 +17,7 @@ from telar_checkpoint.errors import (
     StoreError,
     StoreFullError,
     TelarError,
+    ThreadDeletedError,
     UnknownFormatError,
     UsageError,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "StoreError",
     "StoreFullError",
     "StoredDataError",
+    "ThreadDeletedError",
     "TelarError",
     "TelarSaver",
     "UnknownFormatError",

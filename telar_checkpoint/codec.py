@@ -29,10 +29,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint._compat import writes_sort_key
 from telar_checkpoint.compaction import edited
-from telar_checkpoint.errors import CheckpointDroppedError, UsageError
+from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, UsageError
 from telar_checkpoint.format import OWN_CHECKPOINT_FIELDS, PLAIN_CHECKPOINT_KEYS, WritesLine, is_same, plain_metadata
 from telar_checkpoint.history import Entry, History
-from telar_checkpoint.rules import KeepLatest, Operation, Put, Remove, Trim, apply
+from telar_checkpoint.rules import DeleteThread, KeepLatest, Operation, Put, Remove, Trim, apply
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.values import ValueCodec
 
@@ -218,7 +218,31 @@ class CheckpointCodec:
         if not doomed:
             return stored
         text, new = self.edit(stored, Remove(doomed), history=history)
-        return text if new.entries else None
+        return text if new.entries or new.deleted else None
+
+    def copied(self, thread_id: str | None, stored: str) -> str | None:
+        """What a copy of the thread writes (`copy_thread`): its history in the current versions,
+        without the record of a deletion (the copy's runs are its own); None when it is only that
+        record, a thread no reader sees. StoredDataError when it is corrupt."""
+        history = History.parse(thread_id, stored)
+        if history.only_deleted:
+            return None
+        if history.deleted is None:
+            return history.in_current_versions(stored)
+        copy = history.clone()
+        copy.dropped[""].deleted_before = copy.dropped[""].deleted_at = None
+        return copy.render()
+
+    def delete_thread(self, stored: str | None, deletion: DeleteThread) -> str | None:
+        """`stored` as the record of a deleted thread (`rules.DeleteThread`); None (no thread)
+        when nothing is stored."""
+        if stored is None:
+            return None
+        try:
+            history = History.parse(None, stored)
+        except StoredDataError:  # a thread that cannot be read is deleted all the same
+            history = History(None)
+        return self.edit(stored, deletion, history=history)[0]
 
     def keep_latest(self, stored: str | None) -> str | None:
         """`stored` with only the latest checkpoint of each namespace (and what DeltaChannel needs)."""

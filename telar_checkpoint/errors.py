@@ -122,6 +122,24 @@ class CheckpointDroppedError(TelarError, LookupError):
         self.reason = reason
 
 
+class ThreadDeletedError(TelarError):
+    """A write for a thread that was deleted (`delete_thread`, `prune`, an expiry) while a run
+    still wrote to it: its checkpoint, or the checkpoint it continues, was in the deleted thread.
+    Nothing was stored, so the thread does not come back half-written; a new run (a put with no
+    parent) starts the thread again."""
+
+    def __init__(self, thread_id: str | None, checkpoint_ns: str, checkpoint_id: str, deleted_at: str | None, why: str) -> None:
+        ns = f" (namespace {checkpoint_ns!r})" if checkpoint_ns else ""
+        super().__init__(
+            f"thread {thread_id!r} was deleted at {deleted_at}: {why}{ns}, so nothing was stored; "
+            "a new run (no checkpoint_id in its config) starts the thread again"
+        )
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.deleted_at = deleted_at
+
+
 __all__ = [
     "CheckpointDroppedError",
     "CorruptLineError",
@@ -137,6 +155,7 @@ __all__ = [
     "StoreFullError",
     "StoredDataError",
     "TelarError",
+    "ThreadDeletedError",
     "UnknownFormatError",
     "UsageError",
 ]

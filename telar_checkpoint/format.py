@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -79,6 +80,11 @@ class DroppedLine:
     # The state schema version the thread is stored at (telar_checkpoint.schema), on the root
     # namespace's record; None: not recorded (version 1).
     schema: int | None = None
+    # On the root namespace's record of a thread that was deleted (`delete_thread`, an expiry):
+    # every checkpoint id up to `deleted_before` the thread does not hold was in the deleted
+    # thread, and a write for one is refused (`ThreadDeletedError`); `deleted_at` is when (ISO 8601).
+    deleted_before: str | None = None
+    deleted_at: str | None = None
 
 
 Line = CheckpointLine | WritesLine | DroppedLine
@@ -180,6 +186,9 @@ def write_dropped(line: DroppedLine) -> str:
         doc["deleted"] = line.deleted
     if line.schema is not None:
         doc["schema"] = line.schema
+    if line.deleted_before is not None:
+        doc["deleted_before"] = line.deleted_before
+        doc["deleted_at"] = line.deleted_at
     return _dumps(doc)
 
 
@@ -189,7 +198,10 @@ def render(
     """The lines of a history in canonical order: the records of dropped checkpoints (those
     that say something), then each checkpoint followed by its writes, then the writes of
     checkpoints not stored (yet). Join them with a newline after each to store them."""
-    out = [write_dropped(d) for d in dropped if d.floor or d.replaced or d.deleted or d.schema is not None]
+    out = [
+        write_dropped(d) for d in dropped
+        if d.floor or d.replaced or d.deleted or d.schema is not None or d.deleted_before is not None
+    ]
     for line, writes in checkpoints:
         out.append(line.text or write_checkpoint(line))
         out.extend(write_writes(w) for w in writes)
@@ -318,7 +330,20 @@ def _read_dropped(f: _Fields, ns: str) -> DroppedLine:
     schema = f.get("schema", int, optional=True)
     if schema is not None and (type(schema) is not int or schema < 1):
         raise f.fail("field 'schema' (the thread's state schema version) should be a positive integer")
-    return DroppedLine(ns, f.get("floor", str, optional=True), replaced, deleted, schema)
+    deleted_before = f.get("deleted_before", str, optional=True)
+    deleted_at = f.get("deleted_at", str, optional=True)
+    if (deleted_before is None) != (deleted_at is None):
+        raise f.fail("fields 'deleted_before' and 'deleted_at' (a deleted thread's record) go together")
+    if deleted_at is not None and not _is_time(deleted_at):
+        raise f.fail(f"field 'deleted_at' should be a time in ISO 8601 (as 2026-12-07T01:56:42+00:00), not {deleted_at[:40]!r}")
+    return DroppedLine(ns, f.get("floor", str, optional=True), replaced, deleted, schema, deleted_before, deleted_at)
+
+
+def _is_time(text: str) -> bool:
+    try:
+        return datetime.fromisoformat(text).tzinfo is not None
+    except ValueError:
+        return False
 
 
 _KINDS: dict[str, Callable[[_Fields, str], Line]] = {
@@ -330,17 +355,19 @@ _KINDS: dict[str, Callable[[_Fields, str], Line]] = {
 
 # The fields each kind of line may carry in the root namespace (version 1); a subgraph's line
 # (version 2) adds "ns" and, on checkpoints, "parents". A line with any other field is refused, not
-# read without it (it may mean what this release cannot tell). A new field comes with a new
-# version and its own table.
+# read without it (it may mean what this release cannot tell). Once the format is released, a new
+# field comes with a new version and its own table (until then, docs/FORMAT.md specifies 1 and 2).
 ROOT_FIELDS: dict[str, frozenset[str]] = {
     "checkpoint": frozenset(
         {"format", "kind", "step", "source", "id", "parent", "metadata", "checkpoint", "extra", "values", "appended"}
     ),
     "writes": frozenset({"format", "kind", "checkpoint", "task", "path", "writes"}),
-    "dropped": frozenset({"format", "kind", "floor", "replaced", "deleted", "schema"}),
+    "dropped": frozenset({"format", "kind", "floor", "replaced", "deleted", "schema", "deleted_before", "deleted_at"}),
 }
+# (A deleted thread is recorded on the root namespace's dropped line only.)
 SUBGRAPH_FIELDS: dict[str, frozenset[str]] = {
-    kind: fields | {"ns"} | ({"parents"} if kind == "checkpoint" else set()) for kind, fields in ROOT_FIELDS.items()
+    kind: (fields - {"deleted_before", "deleted_at"}) | {"ns"} | ({"parents"} if kind == "checkpoint" else set())
+    for kind, fields in ROOT_FIELDS.items()
 }
 # Fields written for people and tools (jq, grep): known, and ignored on read.
 PROJECTIONS: dict[str, frozenset[str]] = {"checkpoint": frozenset({"step", "source"})}

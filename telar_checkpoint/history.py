@@ -222,7 +222,10 @@ class History:
         # empty container is cheaper than a copy of one.)
         other.orphans = {k: dict(v) for k, v in self.orphans.items()} if self.orphans else {}
         other.dropped = (
-            {ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted), d.schema) for ns, d in self.dropped.items()}
+            {
+                ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted), d.schema, d.deleted_before, d.deleted_at)
+                for ns, d in self.dropped.items()
+            }
             if self.dropped else {}
         )
         other._latest = self._latest.copy()
@@ -476,9 +479,40 @@ class History:
         return max((d.schema for d in self.dropped.values() if d.schema is not None), default=1)
 
     def was_deleted(self, ns: str, cid: str) -> bool:
-        """True when `cid` was removed on request (it reads as absent, as LangGraph expects)."""
+        """True when `cid` was removed on request (it reads as absent, as LangGraph expects):
+        by `delete_for_runs`, or with the whole thread (`in_deleted_thread`)."""
         here = self.dropped.get(ns)
-        return here is not None and cid in here.deleted
+        return (here is not None and cid in here.deleted) or self.in_deleted_thread(ns, cid)
+
+    @property
+    def deleted(self) -> DroppedLine | None:
+        """The root record of the thread deleted under this thread id, if one was."""
+        root = self.dropped.get("")
+        return root if root is not None and root.deleted_before is not None else None
+
+    @property
+    def only_deleted(self) -> bool:
+        """Whether the history is just the record of a deleted thread: no checkpoint since
+        (every reader sees no thread; writes of checkpoints never stored may be waiting)."""
+        return not self.entries and self.deleted is not None
+
+    def in_deleted_thread(self, ns: str, cid: str) -> bool:
+        """Whether checkpoint `cid` of `ns` was in a thread deleted under this id: not held, and
+        not newer than the deletion (`DroppedLine.deleted_before`)."""
+        root = self.dropped.get("") if self.dropped else None
+        before = root.deleted_before if root is not None else None
+        return before is not None and cid <= before and (ns, cid) not in self.entries
+
+    def max_id(self) -> str | None:
+        """The greatest checkpoint id the history names: held, with writes waiting, or deleted."""
+        ids = [cid for _ns, cid in self.entries] + [cid for _ns, cid in self.orphans]
+        if (deleted := self.deleted) is not None:
+            ids.append(deleted.deleted_before)  # type: ignore[arg-type]  # set on a deleted record
+        return max(ids, default=None)
+
+    def clear(self) -> None:
+        """Forget every checkpoint, write and record: the history of no thread."""
+        self.__init__(self.thread_id)  # type: ignore[misc]  # the fields of a new history, in place
 
     def needed_lines(self) -> int:
         """Lines of the canonical string: its dropped records, and each kept checkpoint with a

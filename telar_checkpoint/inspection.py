@@ -94,6 +94,7 @@ class ThreadListing:
     threads: list[ThreadSummary] = field(default_factory=list)
     corrupt: list[CorruptThread] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)  # the records of deleted threads (`History.only_deleted`)
 
 
 def stored_size(text: str) -> int:
@@ -104,17 +105,30 @@ def stored_size(text: str) -> int:
         return len(text.encode("utf-8", "surrogatepass"))
 
 
+def is_deletion_record(thread_id: str, text: str) -> bool:
+    """Whether `text` is only the record of a deleted thread (`History.only_deleted`); False
+    for a corrupt one."""
+    if '"deleted_before"' not in text:
+        return False
+    try:
+        return History.parse(thread_id, text).only_deleted
+    except StoredDataError:
+        return False
+
+
 def read_thread(store: Store, thread_id: str) -> str:
-    """The stored text of `thread_id`; ThreadNotFoundError when there is none."""
+    """The stored text of `thread_id`; ThreadNotFoundError when there is none, or only the
+    record of its deletion."""
     text = store.read(thread_id)
-    if text is None:
+    if text is None or is_deletion_record(thread_id, text):
         raise ThreadNotFoundError(thread_id, closest_threads(store, thread_id))
     return text
 
 
-def summarize_thread(thread_id: str, text: str) -> ThreadSummary:
-    """Counts, latest step and last update of one thread; StoredDataError when it is corrupt."""
-    history = History.parse(thread_id, text)
+def summarize_thread(thread_id: str, text: str, history: History | None = None) -> ThreadSummary:
+    """Counts, latest step and last update of one thread (`history`: `text` parsed before);
+    StoredDataError when it is corrupt."""
+    history = History.parse(thread_id, text) if history is None else history
     entries = list(history.entries.values())
     root = history.latest("")
     return ThreadSummary(
@@ -128,7 +142,8 @@ def summarize_thread(thread_id: str, text: str) -> ThreadSummary:
 
 
 def list_threads(store: Store, *, progress: Progress | None = None) -> ThreadListing:
-    """Every thread of `store`, sorted by id; corrupt ones and foreign entries listed apart.
+    """Every thread of `store`, sorted by id; corrupt ones, the records of deleted ones and
+    foreign entries listed apart.
     `progress(done, total, thread_id)`: called after each thread (telar_checkpoint/progress.py)."""
     listing = ThreadListing(foreign=store.foreign() if isinstance(store, SharedSpace) else [])
     thread_ids = sorted(store.keys())
@@ -136,7 +151,11 @@ def list_threads(store: Store, *, progress: Progress | None = None) -> ThreadLis
         text = store.read(thread_id)
         if text is not None:  # deleted while we walked
             try:
-                listing.threads.append(summarize_thread(thread_id, text))
+                history = History.parse(thread_id, text)
+                if history.only_deleted:
+                    listing.deleted.append(thread_id)
+                else:
+                    listing.threads.append(summarize_thread(thread_id, text, history))
             except StoredDataError as exc:
                 listing.corrupt.append(CorruptThread(thread_id, str(exc)))
         if progress is not None:

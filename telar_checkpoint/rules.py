@@ -10,7 +10,8 @@ read from into the string of the new one, `Append(lines)` or `Rewrite(text)`, as
   values LangGraph did not change stored by reference), the branch a run that moves on
   leaves behind replaced, finished subgraph calls dropped, then the last `max_history` kept;
 - pending writes folded into their checkpoint (a `WritesLine` is the operation itself);
-- trim, keep-latest and remove, each keeping what a `DeltaChannel` needs.
+- trim, keep-latest and remove, each keeping what a `DeltaChannel` needs;
+- a thread deleted, and the writes of its runs refused after it (`DeleteThread`).
 
 Pure, like a sans-IO protocol: values in, values out. Operations are values: nothing changes
 one once it is made (plain slotted dataclasses, not frozen ones, by convention only: a frozen
@@ -27,7 +28,7 @@ from typing import Any
 import orjson
 
 from telar_checkpoint.compaction import MAX_CHAIN, Append, Edit, edit, trimmed
-from telar_checkpoint.errors import UsageError
+from telar_checkpoint.errors import ThreadDeletedError, UsageError
 from telar_checkpoint.format import SAME, CheckpointLine, DroppedLine, WritesLine, write_checkpoint, write_writes
 from telar_checkpoint.history import Entry, History, Key, merge_writes
 
@@ -83,7 +84,18 @@ class KeepLatest:
     """Keep the latest checkpoint of each namespace (and what it needs)."""
 
 
-Operation = Put | WritesLine | Trim | Remove | KeepLatest
+@dataclass(slots=True)
+class DeleteThread:
+    """Delete the thread, leaving only its record (the root `dropped` line's `deleted_before` and
+    `deleted_at`): a later write for a checkpoint up to `before` that the thread does not hold
+    was made by a run of the deleted thread, and is refused. `before` is the greatest
+    checkpoint id a run could have made by then (`lifetime.deletion`), `at` its time."""
+
+    before: str
+    at: str
+
+
+Operation = Put | WritesLine | Trim | Remove | KeepLatest | DeleteThread
 """A change of a history as a value; a `WritesLine` is one task's pending writes."""
 
 
@@ -101,6 +113,9 @@ def apply(history: History, operation: Operation, *, keep_finished_calls: bool =
     elif isinstance(operation, Trim):
         cut = trim(new, operation.max_history, keep_finished_calls)
         made = edit(new, [], rewrite=bool(cut) or new.holds_trimmed)
+    elif isinstance(operation, DeleteThread):
+        delete_thread(new, operation)
+        made = edit(new, [], rewrite=True)
     elif isinstance(operation, Remove):
         if not operation.keys:
             return new, Append()
@@ -119,6 +134,8 @@ def apply(history: History, operation: Operation, *, keep_finished_calls: bool =
 
 def _put(history: History, put: Put, keep: bool) -> Edit:
     parent = history.entries.get((put.ns, put.parent)) if put.parent is not None else None
+    if parent is None and history.dropped and history.deleted is not None:
+        _refuse_if_deleted(history, put)
     line, lists = checkpoint_line(put, parent)
     changed = put_line(history, line, put.writes, keep)  # dropped or updated a stored line
     entry: Entry | None = history.entries.get((line.ns, line.id))
@@ -377,12 +394,47 @@ def add_writes(history: History, line: WritesLine) -> WritesLine | None:
     dropped (trimmed or replaced while they were on their way, with async durability) are not
     stored: nothing reads them."""
     ns, cid = line.ns, line.checkpoint_id
-    if (ns, cid) not in history.entries and history.dropped_reason(ns, cid) is not None:
-        return None
+    if (ns, cid) not in history.entries:
+        if history.in_deleted_thread(ns, cid):
+            deleted = history.deleted
+            raise ThreadDeletedError(
+                history.thread_id, ns, cid, deleted.deleted_at if deleted else None,
+                f"task {line.task_id}'s writes are for checkpoint {cid}, which was in it",
+            )
+        if history.dropped_reason(ns, cid) is not None:
+            return None
     changed = merge_writes(history.writes_for((ns, cid)), line)
     if not changed:
         return None
     return line if len(changed) == len(line.writes) else WritesLine(ns, cid, line.task_id, line.task_path, changed)
+
+
+def _refuse_if_deleted(history: History, put: Put) -> None:
+    """ThreadDeletedError when the put was made by a run of the deleted thread: its parent is a
+    checkpoint the thread does not hold that was in it (up to the mark) or that it never held
+    (nor dropped), made by that run after the deletion; or a subgraph's enclosing checkpoint
+    (`parents`) was in it. (An enclosing checkpoint newer than the mark may be on its way.)"""
+    root = history.dropped[""]
+    mark = root.deleted_before or ""
+    under = []
+    if put.parent is not None and (put.parent <= mark or history.dropped_reason(put.ns, put.parent) is None):
+        under.append(put.parent)
+    parents = put.metadata.get("parents")
+    if type(parents) is dict:
+        under.extend(cid for ns, cid in parents.items() if type(cid) is str and history.in_deleted_thread(ns, cid))
+    if under:
+        raise ThreadDeletedError(
+            history.thread_id, put.ns, put.id, root.deleted_at,
+            f"checkpoint {put.id} continues checkpoint {under[0]}, of the deleted thread",
+        )
+
+
+def delete_thread(history: History, operation: DeleteThread) -> None:
+    """The thread deleted: only its record is left (see `DeleteThread`), its mark never lower
+    than an id the history named."""
+    before = max(operation.before, history.max_id() or "")
+    history.clear()
+    history.dropped[""] = DroppedLine("", None, deleted_before=before, deleted_at=operation.at)
 
 
 # --- remove, keep latest, trim ----------------------------------------------------------

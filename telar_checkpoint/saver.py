@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ from telar_checkpoint.codec import (
 from telar_checkpoint.errors import ArgumentTypeError, SaverClosedError, SaverContextError, UsageError
 from telar_checkpoint.format import WritesLine
 from telar_checkpoint.history import History
+from telar_checkpoint.lifetime import Clock, deletion
 from telar_checkpoint.rules import Put
 from telar_checkpoint.schema import Schema, SchemaThreads
 from telar_checkpoint.serde_allowlist import with_msgpack_allowlist
@@ -144,6 +146,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     `schema` (a `telar_checkpoint.schema.Schema`): threads stored at an older state schema
     version read upgraded (in memory), and are rewritten at the current version before
     this saver's next write of them; a thread at a newer version is refused (docs/SCHEMA.md).
+    `clock`: the time, in seconds since the epoch (default `time.time`); tests pass their own.
+    A deleted thread stays deleted: a run that still writes to it is refused
+    (`ThreadDeletedError`), and a new run starts it again (docs/USAGE.md, "A thread's lifetime").
     """
 
     def __init__(
@@ -155,8 +160,12 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         keep_finished_subgraphs: bool = False,
         share_database: bool = False,
         schema: Schema | None = None,
+        clock: Clock | None = None,
     ) -> None:
         _check_arguments(store, serde, keep_finished_subgraphs, max_history, share_database=share_database, schema=schema)
+        if clock is not None and not callable(clock):
+            raise ArgumentTypeError(f"clock must be a function giving the time in seconds (as time.time), not {type(clock).__name__}")
+        self.clock: Clock = clock or time.time
         check_max_history(max_history)
         serde = serde or JsonSerializer()
         super().__init__(serde=serde)
@@ -220,7 +229,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             return self
         clone = type(self)(
             self.store, max_history=self.max_history, serde=serde,
-            keep_finished_subgraphs=self.codec.keep_finished_subgraphs, schema=self.schema,
+            keep_finished_subgraphs=self.codec.keep_finished_subgraphs, schema=self.schema, clock=self.clock,
         )
         clone.codec.values = ValueCodec(serde, allowlist=allowlist)
         clone._index = self._index
@@ -363,18 +372,26 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     def _copy_steps(self, source: str, target: str) -> Steps[None]:
         text = yield call(self.store.read, self.store.aread, source)
-        if text is not None:
-            text = self.codec.parse(source, text).in_current_versions(text)  # refuses a corrupt history
-            yield call(self.rewrite, self.arewrite, target, lambda old: text, text=text)
+        copy = self.codec.copied(source, text) if text is not None else None  # refuses a corrupt history
+        if copy is not None:
+            yield call(self.rewrite, self.arewrite, target, lambda old: copy, text=copy)
+
+    def _delete_steps(self, thread_id: str) -> Steps[None]:
+        """The thread rewritten to the record of its deletion (`rules.DeleteThread`), in turn
+        with the saver's other writers: a run still writing to it is refused from then on."""
+        self._index.forget(thread_id)
+        self._forget_schema(thread_id)
+        deleted = deletion(self.clock())
+        yield call(self.rewrite, self.arewrite, thread_id, lambda old: self.codec.delete_thread(old, deleted))
 
     def _prune_steps(self, thread_ids: Sequence[str], strategy: str) -> Steps[None]:
         strategy = _check_strategy(strategy)
         for thread_id in map(str, thread_ids):
-            self._index.forget(thread_id)
-            self._forget_schema(thread_id)
             if strategy == "delete":
-                yield call(self.store.delete, self.store.adelete, thread_id)
+                yield from self._delete_steps(thread_id)
             else:
+                self._index.forget(thread_id)
+                self._forget_schema(thread_id)
                 yield call(self.rewrite, self.arewrite, thread_id, self.codec.keep_latest)
 
     # --- sync API -------------------------------------------------------------------
@@ -406,9 +423,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     def delete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
-        self._index.forget(str(thread_id))
-        self._forget_schema(str(thread_id))
-        self.store.delete(str(thread_id))
+        run(self._delete_steps(str(thread_id)))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         self._check(self.delete_for_runs, {"run_ids": run_ids})
@@ -475,9 +490,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     async def adelete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
-        self._index.forget(str(thread_id))
-        self._forget_schema(str(thread_id))
-        await self.store.adelete(str(thread_id))
+        await arun(self._delete_steps(str(thread_id)))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         self._check(self.delete_for_runs, {"run_ids": run_ids})

@@ -358,7 +358,8 @@ def test_delete_asks_first(capsys, url, monkeypatch) -> None:
     assert (Path(url) / "ask.jsonl").exists()
     code, out, _ = run(capsys, "delete", url, "ask", stdin="yes\n", monkeypatch=monkeypatch)
     assert (code, out) == (0, f"deleted thread 'ask' (3 checkpoints, {size} bytes)\n")
-    assert not (Path(url) / "ask.jsonl").exists()
+    assert TelarSaver(FileStore(url)).get_tuple({"configurable": {"thread_id": "ask"}}) is None
+    assert "ask" not in run(capsys, "threads", url)[1]  # what is left is the record of its deletion
     assert run(capsys, "delete", url, "ask", "--yes")[0] == 3
     code, out, _ = run(capsys, "delete", url, "broken", "--yes", "--json")
     assert (code, json.loads(out)) == (0, {"deleted": "broken"})

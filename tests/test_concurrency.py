@@ -3,7 +3,8 @@
 Each writer chains its own checkpoints (``source="loop"``, so the format replaces nothing) and
 adds pending writes to each; afterwards every acknowledged checkpoint must be in the history,
 decode to the values it was given, and carry its writes. `delete_thread` racing with late writes
-leaves the thread absent or whole. `TELAR_CONCURRENCY_PUTS` scales the puts per writer.
+leaves the thread absent, deleted or whole, and a write of a deleted run is refused
+(`ThreadDeletedError`), never stored. `TELAR_CONCURRENCY_PUTS` scales the puts per writer.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import empty_checkpoint
 
-from telar_checkpoint import CheckpointCodec, TelarSaver
+from telar_checkpoint import CheckpointCodec, TelarSaver, ThreadDeletedError
 from telar_checkpoint.history import History
 from telar_checkpoint.stores import Store
 from tests.stores import describe, reopen
@@ -163,12 +164,33 @@ async def test_coroutines_writing_one_thread(astore: Store) -> None:
 # --- delete_thread racing with late writes ---
 
 
+def write_chain_racing_deletes(saver: TelarSaver, thread: str, worker: int, puts: int) -> int:
+    """`write_chain` while the thread is being deleted: a refused write (the chain's thread was
+    deleted) starts a new run; how many were refused."""
+    ids: list[str] = []
+    refused = 0
+    for n in range(puts):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = values_of(worker, n)
+        config = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": ids[-1] if ids else None}}
+        try:
+            saved = saver.put(config, checkpoint, {"source": "loop", "step": n, "parents": {}, "writer": worker}, {})
+            saver.put_writes(saved, [("a", worker), ("b", n)], f"task-{worker}-{n}")
+            ids.append(checkpoint["id"])
+        except ThreadDeletedError as e:
+            assert e.thread_id == thread and "was deleted" in str(e)
+            refused += 1
+            ids = []
+    return refused
+
+
 def assert_absent_or_whole(saver: TelarSaver, thread: str) -> int:
-    """The thread is gone, or a history whose every line parses and every checkpoint decodes."""
+    """The thread is gone or deleted, or a history whose every line parses and every checkpoint
+    decodes."""
     text = saver.store.read(thread)
-    if text is None:
-        assert thread not in set(saver.store.keys())
+    if text is None or not History.parse(thread, text).entries:
         assert saver.get_tuple({"configurable": {"thread_id": thread}}) is None
+        assert list(saver.list({"configurable": {"thread_id": thread}})) == []
         return 0
     history = History.parse(thread, text)
     assert history.torn is None
@@ -195,22 +217,22 @@ def test_delete_thread_racing_late_writes(store: Store) -> None:
             saver.delete_thread("doomed")
             deletes += 1
 
-    survivors = []
+    survivors, refused = [], 0
     for _round in range(3):
         stop.clear()
         killer = threading.Thread(target=deleter)
         killer.start()
         try:
             with ThreadPoolExecutor(4) as pool:
-                list(pool.map(lambda w: write_chain(saver, "doomed", w, max(4, PUTS // 2)), range(4)))
+                refused += sum(pool.map(lambda w: write_chain_racing_deletes(saver, "doomed", w, max(4, PUTS // 2)), range(4)))
         finally:
             stop.set()
             killer.join()
         survivors.append(assert_absent_or_whole(saver, "doomed"))
         saver.delete_thread("doomed")
-        assert store.read("doomed") is None
+        assert_absent_or_whole(saver, "doomed")
     assert deletes > 0
-    log_figures(store=store.kind, kind="delete racing writes", writers=5, deletes=deletes, survivors=survivors)
+    log_figures(store=store.kind, kind="delete racing writes", writers=5, deletes=deletes, survivors=survivors, refused=refused)
 
 
 async def test_adelete_thread_racing_late_writes(astore: Store) -> None:
@@ -222,7 +244,10 @@ async def test_adelete_thread_racing_late_writes(astore: Store) -> None:
             checkpoint["channel_values"] = values_of(worker, n)
             config = {"configurable": {"thread_id": "doomed", "checkpoint_ns": ""}}
             saved = await saver.aput(config, checkpoint, {"source": "loop", "step": n, "parents": {}}, {})
-            await saver.aput_writes(saved, [("a", worker)], f"task-{worker}-{n}")
+            try:
+                await saver.aput_writes(saved, [("a", worker)], f"task-{worker}-{n}")
+            except ThreadDeletedError:  # deleted since its put: refused, not stored
+                assert (await saver.aget_tuple(saved)) is None
 
     async def deletes() -> None:
         for _ in range(20):

@@ -21,6 +21,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from telar_checkpoint import FileStore, RefusedTypeError, SerializationError, StoredDataError, TelarError, TelarSaver
+from telar_checkpoint.history import History
 from telar_checkpoint.stores import SharedSpace, Store
 
 LONG_ASCII = "x" * 10_000
@@ -73,7 +74,9 @@ def test_hostile_ids_round_trip_exactly(store: Store, tmp_path: Path) -> None:
     for thread in threads:
         saver.delete_thread(thread)
         assert saver.get_tuple({"configurable": {"thread_id": thread}}) is None
-    assert list(store.keys()) == [] and list(saver.list(None)) == []
+    assert list(saver.list(None)) == []
+    assert sorted(store.keys()) == sorted(threads)  # what is left is the record of each deletion
+    assert all(History.parse(t, store.read(t)).only_deleted for t in threads)
 
 
 def assert_inside(store: FileStore, tmp_path: Path) -> None:
@@ -110,7 +113,8 @@ def test_long_thread_ids_round_trip_exactly(store: Store, long_id: str) -> None:
     assert got.checkpoint["channel_values"]["value"] == [long_id, LONG_ASCII, long_id[::-1]]
     assert list(store.keys()) == [long_id]
     saver.delete_thread(long_id)
-    assert list(store.keys()) == []
+    assert list(store.keys()) == [long_id] and History.parse(long_id, store.read(long_id)).only_deleted
+    assert saver.get_tuple(saved) is None
 
 
 # --- filters are data, never code ---

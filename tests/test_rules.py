@@ -11,9 +11,10 @@ from dataclasses import dataclass
 import pytest
 
 from telar_checkpoint.compaction import Append, Rewrite, edited
+from telar_checkpoint.errors import ThreadDeletedError
 from telar_checkpoint.format import SAME, CheckpointLine, DroppedLine, WritesLine, write_checkpoint, write_dropped, write_writes
 from telar_checkpoint.history import History
-from telar_checkpoint.rules import KeepLatest, Operation, Put, Remove, Trim, apply
+from telar_checkpoint.rules import DeleteThread, KeepLatest, Operation, Put, Remove, Trim, apply
 
 
 def line(n: int, parent: int | None, source: str = "loop", ns: str = "") -> CheckpointLine:
@@ -44,6 +45,8 @@ FORKED = CHAIN + text_of(line(4, 1, "fork"))  # and a fork from the first
 TRIMMED = write_dropped(DroppedLine("", "00000002")) + "\n" + text_of(line(2, 1), line(3, 2))  # checkpoint 1 trimmed
 TASK_WRITES = WritesLine("", "00000004", "task", "", [(0, "count", 9)])  # one task's writes, with the put of checkpoint 4
 WRITES = WritesLine("", "00000003", "task", "", [(0, "count", 7)])  # pending writes are their own operation
+DELETE = DeleteThread("00000003", "2026-12-07T00:00:00+00:00")  # the thread deleted once checkpoint 3 was made
+DELETED = write_dropped(DroppedLine("", None, deleted_before="00000003", deleted_at=DELETE.at)) + "\n"  # its record
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ ROWS = [
     Row("removing nothing changes nothing", CHAIN, Remove(frozenset()), Append, ids(1, 2, 3), 0),
     Row("keep latest keeps the head of each namespace", CHAIN + text_of(line(5, None, "loop", "child")), KeepLatest(), Rewrite, ids(3, 5)),
     Row("keep latest of one checkpoint changes nothing", text_of(line(1, None, "input")), KeepLatest(), Append, ids(1), 0),
+    Row("deleting a thread rewrites it to its record", CHAIN, DELETE, Rewrite, []),
+    Row("a put without a parent starts a deleted thread again", DELETED, put(4, None, "input"), Append, ids(4), 1),
+    Row("the new thread's runs go on after a deletion", DELETED + text_of(line(4, None, "input")), put(5, 4), Append, ids(4, 5), 1),
     Row("a torn last line is dropped by a rewrite", CHAIN + '{"format":1,"id":"000', put(4, 3), Rewrite, ids(1, 2, 3, 4)),
 ]
 
@@ -181,6 +187,35 @@ def test_a_finished_subgraph_call_goes_with_the_next_put_of_the_graph_around_it(
     new, edit = apply(with_call, put(3, 1))
     assert isinstance(edit, Rewrite), "dropping the call's lines rewrites the string"
     assert [key for key in new.entries] == [("", "00000001"), ("", "00000003")]
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        put(4, 3),  # the run goes on from its last checkpoint
+        put(4, 1, "fork"),  # or from an older one
+        put(5, 4),  # or from one it made after the deletion, never stored
+        WritesLine("", "00000003", "late", "", [(0, "count", 1)]),  # a task's writes arrive late
+        Put("child:x", "00000004", None, {"source": "loop", "step": 0, "parents": {"": "00000002"}}, {}, {}, {}, {}),
+    ],
+    ids=["put", "fork", "put after a refused put", "writes", "a subgraph's first put under a deleted checkpoint"],
+)
+def test_a_write_of_a_run_of_the_deleted_thread_is_refused(operation: Operation) -> None:
+    deleted, edit = apply(History.parse("t", CHAIN), DELETE)
+    assert isinstance(edit, Rewrite) and edit.text == DELETED and deleted.only_deleted
+    with pytest.raises(ThreadDeletedError, match=r"thread 't' was deleted at 2026-12-07T00:00:00\+00:00") as caught:
+        apply(deleted, operation)
+    assert caught.value.thread_id == "t" and caught.value.deleted_at == DELETE.at
+    assert deleted.render() == DELETED, "the refused write changed nothing"
+
+
+def test_the_mark_is_never_below_an_id_the_thread_named() -> None:
+    """A deletion whose clock is behind the ids stored (another process's clock, or ids not made
+    by uuid6) marks the greatest of them."""
+    deleted, _ = apply(History.parse("t", CHAIN), DeleteThread("00000001", DELETE.at))
+    assert deleted.deleted is not None and deleted.deleted.deleted_before == "00000003"
+    with pytest.raises(ThreadDeletedError):
+        apply(deleted, put(4, 3))
 
 
 def test_writes_for_a_replaced_checkpoint_are_not_stored() -> None:

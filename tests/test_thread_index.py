@@ -144,13 +144,14 @@ async def test_a_thread_deleted_by_another_saver_and_written_again_is_indexed(st
     metadata: Any = {"source": "loop", "step": 0, "parents": {}, "run_id": "r"}
     config = writer.put(config, empty_checkpoint(), metadata, {})
     other.delete_thread("t")
+    anew: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}  # a new run: no parent
     if mode == "sync":
-        writer.put(config, empty_checkpoint(), metadata, {})
+        writer.put(anew, empty_checkpoint(), metadata, {})
     else:
-        await writer.aput(config, empty_checkpoint(), metadata, {})
+        await writer.aput(anew, empty_checkpoint(), metadata, {})
     assert store.indexed("run:r") == ["t"]
     other.delete_for_runs(["r"])
-    assert store.read("t") is None
+    assert store.indexed("run:r") == [] and writer.get_tuple(anew) is None
 
 
 def test_copy_thread_indexes_the_copy(store: Store) -> None:

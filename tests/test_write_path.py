@@ -1,6 +1,6 @@
 """The saver has one write path: nothing else in the library changes a stored thread.
 
-Every change of a thread but a delete (put, writes, delete_for_runs, prune, copy, migration,
+Every change of a thread (put, writes, delete_thread, delete_for_runs, prune, copy, migration,
 import, trim, repair, upgrade) goes through `writing.Writer.write`, in turn with the saver's other
 writers.
 This reads the library's source: a store's writing method called outside the stores and the
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import telar_checkpoint
 
-WRITING = {"update", "update_versioned", "write", "append_if", "append_if_deferred"}
+WRITING = {"update", "update_versioned", "write", "append_if", "append_if_deferred", "delete"}
 WRITING |= {f"a{name}" for name in WRITING}
 PACKAGE = Path(telar_checkpoint.__file__).parent
 # The stores implement the methods; the store tests call them; the saver's write path is

@@ -78,6 +78,8 @@ def cmd_threads(args: types.SimpleNamespace) -> int:
         print(f"\nCorrupt threads ({len(listing.corrupt)}; `telar-checkpoint verify` says more):")
         for bad in listing.corrupt:
             print(f"  {bad.thread_id}: {bad.error}")
+    if listing.deleted:
+        print(f"\n{plural(len(listing.deleted), 'deleted thread')} recorded, so a run still writing to one is refused")
     if listing.foreign:
         print(f"\nForeign entries ({len(listing.foreign)}; not histories of ours, never touched):")
         for name in listing.foreign:

@@ -136,7 +136,7 @@ def cmd_delete(args: types.SimpleNamespace) -> int:
         if not confirm(f"Delete thread {args.thread!r} ({what})?", args.yes):
             print("aborted; nothing was changed", file=sys.stderr)
             return EXIT_FAILED
-        store.delete(args.thread)
+        TelarSaver(store).delete_thread(args.thread)  # a run still writing to it is refused
     if args.json:
         print(to_json({"deleted": args.thread}))
     else:

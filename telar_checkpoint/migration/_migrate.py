@@ -235,6 +235,8 @@ def _built_from_text(source: TelarSaver, target: TelarSaver, thread_id: str) -> 
     if text is None:
         return None
     history = source.codec.parse(thread_id, text)
+    if history.only_deleted:  # the record of a deleted thread: no thread to copy
+        return None
     target.codec.decode_history(thread_id, text)  # every value readable by the target
     if history.development_lines:  # written in versions 1 and 2 (the same records)
         text = history.in_current_versions(text)

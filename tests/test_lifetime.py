@@ -1,0 +1,283 @@
+"""A deleted thread stays deleted: real graphs on every store, deleted while they run.
+
+A run that still writes to a thread deleted under it (by its own saver, another saver, or
+another process) is refused with `ThreadDeletedError` and stores nothing; a new run on the same
+thread id starts the thread again (langchain-ai/langgraph#7206 is the bug this closes: on the
+official savers the run's next put stores a thread whose first parent no longer exists).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
+from typing_extensions import TypedDict
+
+from telar_checkpoint import TelarSaver, ThreadDeletedError
+from telar_checkpoint.history import History
+from telar_checkpoint.lifetime import deletion
+from telar_checkpoint.stores import Store
+from tests.stores import describe, processes, reopen
+
+
+class Log(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def deleting_in_the_middle(delete: Callable[[], None]) -> StateGraph:
+    """first -> second -> third; `first` deletes the thread (once) while the run goes on."""
+    done: list[bool] = []
+
+    def first(state: Log) -> dict[str, Any]:
+        if not done:
+            done.append(True)
+            delete()
+        return {"log": ["first"]}
+
+    builder = StateGraph(Log)
+    builder.add_node("first", first)
+    builder.add_node("second", lambda s: {"log": ["second"]})
+    builder.add_node("third", lambda s: {"log": ["third"]})
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "second")
+    builder.add_edge("second", "third")
+    builder.add_edge("third", END)
+    return builder
+
+
+class Fan(TypedDict):
+    items: list[int]
+    results: Annotated[list[int], operator.add]
+
+
+def fan_out_deleting(delete: Callable[[], None]) -> StateGraph:
+    """One `Send` per item; the task for item 0 deletes the thread (once) among the others."""
+    done: list[bool] = []
+
+    def work(state: Fan) -> dict[str, Any]:
+        item = state["items"][0]
+        if item == 0 and not done:
+            done.append(True)
+            delete()
+        return {"results": [item * 10]}
+
+    builder = StateGraph(Fan)
+    builder.add_node("work", work)
+    builder.add_conditional_edges(START, lambda s: [Send("work", {"items": [i], "results": []}) for i in s["items"]], ["work"])
+    builder.add_edge("work", END)
+    return builder
+
+
+def subgraph_deleting(delete: Callable[[], None]) -> StateGraph:
+    """A parent graph whose subgraph's first node deletes the thread (once)."""
+    inner = deleting_in_the_middle(delete).compile()
+    parent = StateGraph(Log)
+    parent.add_node("before", lambda s: {"log": ["before"]})
+    parent.add_node("child", inner)
+    parent.add_node("after", lambda s: {"log": ["after"]})
+    parent.add_edge(START, "before")
+    parent.add_edge("before", "child")
+    parent.add_edge("child", "after")
+    parent.add_edge("after", END)
+    return parent
+
+
+def once_stored(saver: TelarSaver, thread_id: str, delete: Callable[[], None]) -> Callable[[], None]:
+    """`delete`, called once the thread is stored: with durability="async" a node may run
+    before its run's first puts are (a deletion deletes what is stored)."""
+
+    def when_stored() -> None:
+        deadline = time.monotonic() + 10
+        while saver.get_tuple({"configurable": {"thread_id": thread_id}}) is None:
+            assert time.monotonic() < deadline, "the run's first checkpoints were never stored"
+            time.sleep(0.001)
+        delete()
+
+    return when_stored
+
+
+def assert_deleted(saver: TelarSaver, thread_id: str) -> None:
+    """No reader sees the thread, and what is stored is only the record of its deletion."""
+    config = {"configurable": {"thread_id": thread_id}}
+    assert saver.get_tuple(config) is None
+    assert list(saver.list(config)) == []
+    assert thread_id not in {t.config["configurable"]["thread_id"] for t in saver.list(None)}
+    text = saver.store.read(thread_id)
+    assert text is not None and History.parse(thread_id, text).only_deleted, text
+
+
+def assert_started_again(saver: TelarSaver, graph: Any, config: dict[str, Any], first_input: dict[str, Any]) -> list[Any]:
+    """A new run on the thread id stores a thread of its own: every checkpoint's parent is in it."""
+    out = graph.invoke(first_input, config)
+    stored = list(saver.list(config))
+    ids = {t.config["configurable"]["checkpoint_id"] for t in stored}
+    parents = [t.parent_config["configurable"]["checkpoint_id"] for t in stored if t.parent_config]
+    assert len(parents) == len(stored) - 1 and set(parents) <= ids, "a checkpoint names a parent the thread does not hold"
+    return out
+
+
+GRAPHS = {
+    "two nodes after the delete": (deleting_in_the_middle, {"log": []}),
+    "a Send fan-out": (fan_out_deleting, {"items": [0, 1, 2, 3], "results": []}),
+    "a subgraph": (subgraph_deleting, {"log": []}),
+}
+
+
+def on_in_memory_saver(make: Callable[[Callable[[], None]], StateGraph], first_input: dict[str, Any]) -> Any:
+    """What the graph gives when nothing deletes it, on LangGraph's InMemorySaver."""
+    graph = make(lambda: None).compile(checkpointer=InMemorySaver())
+    return graph.invoke(first_input, {"configurable": {"thread_id": "t"}})
+
+
+@pytest.mark.parametrize("durability", ["sync", "async"])
+@pytest.mark.parametrize("graph_name", list(GRAPHS))
+def test_a_run_of_a_thread_deleted_under_it_stores_nothing(store: Store, graph_name: str, durability: str) -> None:
+    saver = TelarSaver(store)
+    make, first_input = GRAPHS[graph_name]
+    config: dict[str, Any] = {"configurable": {"thread_id": "doomed"}}
+    graph = make(once_stored(saver, "doomed", lambda: saver.delete_thread("doomed"))).compile(checkpointer=saver)
+    with pytest.raises(ThreadDeletedError, match="thread 'doomed' was deleted at") as caught:
+        graph.invoke(first_input, config, durability=durability)
+    assert caught.value.thread_id == "doomed"
+    assert_deleted(saver, "doomed")
+    out = assert_started_again(saver, graph, config, first_input)  # the delete was once: this run finishes
+    assert out == on_in_memory_saver(make, first_input) == graph.get_state(config).values
+
+
+async def test_an_async_run_of_a_thread_deleted_under_it_stores_nothing(astore: Store) -> None:
+    saver = TelarSaver(astore)
+    config: dict[str, Any] = {"configurable": {"thread_id": "doomed"}}
+    deleted: list[bool] = []
+
+    async def first(state: Log) -> dict[str, Any]:
+        if not deleted:  # once the run's first checkpoints are stored, delete through the async API
+            deleted.append(True)
+            deadline = time.monotonic() + 10
+            while await saver.aget_tuple(config) is None:
+                assert time.monotonic() < deadline, "the run's first checkpoints were never stored"
+                await asyncio.sleep(0.001)
+            await saver.adelete_thread("doomed")
+        return {"log": ["first"]}
+
+    builder = StateGraph(Log)
+    builder.add_node("first", first)
+    builder.add_node("second", lambda s: {"log": ["second"]})
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "second")
+    builder.add_edge("second", END)
+    graph = builder.compile(checkpointer=saver)
+    with pytest.raises(ThreadDeletedError):
+        await graph.ainvoke({"log": []}, config)
+    assert await saver.aget_tuple(config) is None
+    assert [t async for t in saver.alist(config)] == []
+    assert await graph.ainvoke({"log": []}, config) == {"log": ["first", "second"]}
+    assert len([t async for t in saver.alist(config)]) == 4  # input, start, first, second
+
+
+def test_a_deletion_by_another_saver_is_seen(shared_store: Store) -> None:
+    """The record is in the store: a saver that did not delete refuses its run's writes too."""
+    writer = TelarSaver(shared_store)
+    other_store = reopen(describe(shared_store))
+    try:
+        other = TelarSaver(other_store)
+        config: dict[str, Any] = {"configurable": {"thread_id": "shared"}}
+        graph = deleting_in_the_middle(once_stored(writer, "shared", lambda: other.delete_thread("shared"))).compile(checkpointer=writer)
+        with pytest.raises(ThreadDeletedError):
+            graph.invoke({"log": []}, config)
+        assert_deleted(writer, "shared")
+        assert_deleted(other, "shared")
+        assert_started_again(writer, graph, config, {"log": []})
+        assert other.get_tuple(config) is not None
+    finally:
+        other_store.close()
+
+
+def delete_in_a_process(description: tuple[str, dict[str, Any]], thread_id: str) -> None:
+    """Run in another process: open the store anew and delete the thread."""
+    store = reopen(description)
+    try:
+        TelarSaver(store).delete_thread(thread_id)
+    finally:
+        store.close()
+
+
+def test_a_deletion_in_another_process_is_seen(shared_store: Store) -> None:
+    saver = TelarSaver(shared_store)
+    context = processes()
+
+    def delete() -> None:
+        process = context.Process(target=delete_in_a_process, args=(describe(shared_store), "shared"))
+        process.start()
+        process.join(timeout=120)
+        assert process.exitcode == 0
+
+    config: dict[str, Any] = {"configurable": {"thread_id": "shared"}}
+    graph = fan_out_deleting(once_stored(saver, "shared", delete)).compile(checkpointer=saver)
+    with pytest.raises(ThreadDeletedError):
+        graph.invoke({"items": [0, 1, 2], "results": []}, config)
+    assert_deleted(saver, "shared")
+    assert assert_started_again(saver, graph, config, {"items": [0, 1, 2], "results": []})["results"] == [0, 10, 20]
+
+
+def test_a_paused_thread_deleted_and_resumed_starts_again(store: Store) -> None:
+    """A thread paused at an interrupt, then deleted: resuming it finds no thread (get_state is
+    empty), and the next run starts it again."""
+    from langgraph.types import Command
+
+    from tests.graphs import with_interrupt
+
+    saver = TelarSaver(store)
+    graph = with_interrupt().compile(checkpointer=saver)
+    config: dict[str, Any] = {"configurable": {"thread_id": "paused"}}
+    graph.invoke({"request": "deploy v2", "log": []}, config)
+    assert graph.get_state(config).next == ("ask",)
+    saver.delete_thread("paused")
+    assert_deleted(saver, "paused")
+    assert graph.get_state(config).values == {}
+    graph.invoke({"request": "deploy v3", "log": []}, config)
+    graph.invoke(Command(resume="yes"), config)
+    assert graph.get_state(config).values["request"] == "deploy v3"
+
+
+def test_deleting_what_is_not_stored_writes_nothing(store: Store) -> None:
+    saver = TelarSaver(store)
+    saver.delete_thread("never")
+    assert store.read("never") is None
+
+
+def test_a_deleted_thread_copied_copies_nothing_and_a_copy_keeps_no_record(store: Store) -> None:
+    saver = TelarSaver(store)
+    graph = deleting_in_the_middle(lambda: None).compile(checkpointer=saver)
+    for thread_id in ("gone", "target", "again"):
+        graph.invoke({"log": []}, {"configurable": {"thread_id": thread_id}})
+    saver.delete_thread("gone")
+    saver.copy_thread("gone", "target")  # a deleted source is no thread: the target is left alone
+    assert len(list(saver.list({"configurable": {"thread_id": "target"}}))) == 5
+    saver.delete_thread("again")
+    graph.invoke({"log": []}, {"configurable": {"thread_id": "again"}})
+    saver.copy_thread("again", "copy")
+    copied = History.parse("copy", store.read("copy"))
+    assert copied.deleted is None and len(copied.entries) == 5
+
+
+def test_the_mark_is_the_greatest_id_of_its_instant() -> None:
+    """Checkpoint ids LangGraph made before the deletion compare below its mark, those made
+    after above it."""
+    import time
+
+    from langgraph.checkpoint.base.id import uuid6
+
+    before = str(uuid6(clock_seq=0x3FFF))
+    now = time.time()
+    mark = deletion(now).before
+    time.sleep(0.002)
+    after = str(uuid6(clock_seq=0))
+    assert before <= mark < after
+    assert deletion(now).at.endswith("+00:00")
