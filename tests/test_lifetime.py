@@ -31,25 +31,26 @@ class Log(TypedDict):
     log: Annotated[list[str], operator.add]
 
 
+def in_a_row(**nodes: Any) -> StateGraph:
+    """START -> each node in turn -> END."""
+    builder = StateGraph(Log)
+    previous = START
+    for name, node in nodes.items():
+        builder.add_node(name, node)
+        builder.add_edge(previous, name)
+        previous = name
+    builder.add_edge(previous, END)
+    return builder
+
+
 def deleting_in_the_middle(delete: Callable[[], None]) -> StateGraph:
-    """first -> second -> third; `first` deletes the thread (once) while the run goes on."""
-    done: list[bool] = []
+    """first -> second -> third; `first` deletes the thread while the run goes on."""
 
     def first(state: Log) -> dict[str, Any]:
-        if not done:
-            done.append(True)
-            delete()
+        delete()
         return {"log": ["first"]}
 
-    builder = StateGraph(Log)
-    builder.add_node("first", first)
-    builder.add_node("second", lambda s: {"log": ["second"]})
-    builder.add_node("third", lambda s: {"log": ["third"]})
-    builder.add_edge(START, "first")
-    builder.add_edge("first", "second")
-    builder.add_edge("second", "third")
-    builder.add_edge("third", END)
-    return builder
+    return in_a_row(first=first, second=lambda s: {"log": ["second"]}, third=lambda s: {"log": ["third"]})
 
 
 class Fan(TypedDict):
@@ -58,13 +59,11 @@ class Fan(TypedDict):
 
 
 def fan_out_deleting(delete: Callable[[], None]) -> StateGraph:
-    """One `Send` per item; the task for item 0 deletes the thread (once) among the others."""
-    done: list[bool] = []
+    """One `Send` per item; the task for item 0 deletes the thread among the others."""
 
     def work(state: Fan) -> dict[str, Any]:
         item = state["items"][0]
-        if item == 0 and not done:
-            done.append(True)
+        if item == 0:
             delete()
         return {"results": [item * 10]}
 
@@ -76,24 +75,21 @@ def fan_out_deleting(delete: Callable[[], None]) -> StateGraph:
 
 
 def subgraph_deleting(delete: Callable[[], None]) -> StateGraph:
-    """A parent graph whose subgraph's first node deletes the thread (once)."""
-    inner = deleting_in_the_middle(delete).compile()
-    parent = StateGraph(Log)
-    parent.add_node("before", lambda s: {"log": ["before"]})
-    parent.add_node("child", inner)
-    parent.add_node("after", lambda s: {"log": ["after"]})
-    parent.add_edge(START, "before")
-    parent.add_edge("before", "child")
-    parent.add_edge("child", "after")
-    parent.add_edge("after", END)
-    return parent
+    """A parent graph whose subgraph's first node deletes the thread."""
+    child = deleting_in_the_middle(delete).compile()
+    return in_a_row(before=lambda s: {"log": ["before"]}, child=child, after=lambda s: {"log": ["after"]})
 
 
 def once_stored(saver: TelarSaver, thread_id: str, delete: Callable[[], None]) -> Callable[[], None]:
-    """`delete`, called once the thread is stored: with durability="async" a node may run
-    before its run's first puts are (a deletion deletes what is stored)."""
+    """`delete`, called the first time only, once the thread is stored: with
+    durability="async" a node may run before its run's first puts are (a deletion deletes
+    what is stored)."""
+    done: list[bool] = []
 
     def when_stored() -> None:
+        if done:
+            return
+        done.append(True)
         deadline = time.monotonic() + 10
         while saver.get_tuple({"configurable": {"thread_id": thread_id}}) is None:
             assert time.monotonic() < deadline, "the run's first checkpoints were never stored"
@@ -166,13 +162,7 @@ async def test_an_async_run_of_a_thread_deleted_under_it_stores_nothing(astore: 
             await saver.adelete_thread("doomed")
         return {"log": ["first"]}
 
-    builder = StateGraph(Log)
-    builder.add_node("first", first)
-    builder.add_node("second", lambda s: {"log": ["second"]})
-    builder.add_edge(START, "first")
-    builder.add_edge("first", "second")
-    builder.add_edge("second", END)
-    graph = builder.compile(checkpointer=saver)
+    graph = in_a_row(first=first, second=lambda s: {"log": ["second"]}).compile(checkpointer=saver)
     with pytest.raises(ThreadDeletedError):
         await graph.ainvoke({"log": []}, config)
     assert await saver.aget_tuple(config) is None
@@ -281,3 +271,37 @@ def test_the_mark_is_the_greatest_id_of_its_instant() -> None:
     after = str(uuid6(clock_seq=0))
     assert before <= mark < after
     assert deletion(now).at.endswith("+00:00")
+
+
+def test_the_tools_know_the_record(tmp_path: Any, capsys: Any) -> None:
+    """`verify` finds nothing wrong in a record, `threads` counts it apart and lists no such
+    thread, and a record edited by hand into nonsense is refused, naming the line."""
+    import json
+
+    from telar_checkpoint import FileStore, StoredDataError
+    from telar_checkpoint.cli import main
+    from telar_checkpoint.verify import verify_store
+
+    store = FileStore(tmp_path / "store")
+    saver = TelarSaver(store)
+    graph = deleting_in_the_middle(lambda: None).compile(checkpointer=saver)
+    for thread_id in ("kept", "gone"):
+        graph.invoke({"log": []}, {"configurable": {"thread_id": thread_id}})
+    saver.delete_thread("gone")
+    assert verify_store(store).problems == []
+    assert main(["threads", str(tmp_path / "store"), "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert [t["thread_id"] for t in listing["threads"]] == ["kept"] and listing["deleted"] == ["gone"]
+    assert main(["threads", str(tmp_path / "store")]) == 0
+    out = capsys.readouterr().out
+    assert "1 deleted thread recorded" in out and "gone" not in out
+    record = store.read("gone")
+    assert record is not None
+    store.write("gone", record.replace('"deleted_at":"', '"deleted_at":"yesterday '))
+    with pytest.raises(StoredDataError, match=r"line 1.*deleted_at.*ISO 8601"):
+        saver.get_tuple({"configurable": {"thread_id": "gone"}})
+    store.write("gone", record.replace(',"deleted_at":"' + record.split('"deleted_at":"')[1].split('"')[0] + '"', ""))
+    with pytest.raises(StoredDataError, match="go together"):
+        saver.get_tuple({"configurable": {"thread_id": "gone"}})
+    saver.delete_thread("gone")  # a thread that cannot be read is deleted all the same
+    assert History.parse("gone", store.read("gone")).only_deleted
