@@ -305,3 +305,39 @@ def test_the_tools_know_the_record(tmp_path: Any, capsys: Any) -> None:
         saver.get_tuple({"configurable": {"thread_id": "gone"}})
     saver.delete_thread("gone")  # a thread that cannot be read is deleted all the same
     assert History.parse("gone", store.read("gone")).only_deleted
+
+
+def test_a_ttl_in_the_ecosystems_keys_reads_as_given() -> None:
+    from telar_checkpoint.lifetime import TTL, ttl_settings
+
+    server = {"strategy": "delete", "sweep_interval_minutes": 60, "default_ttl": 43200}  # langgraph.json's example
+    assert ttl_settings(server) == TTL(43200.0, False, "delete", 60.0)
+    assert ttl_settings({"default_ttl": 0.5, "refresh_on_read": True}) == TTL(0.5, True, "delete", None)  # the Redis saver's
+    assert ttl_settings({"strategy": "keep_latest"}) == TTL(None, False, "keep_latest", None)
+    assert ttl_settings({}) == TTL()
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"default_ttl": 60, "ttl": 5}, "'ttl'"),
+        ({"defaultTtl": 60}, "'defaultTtl'"),
+        ({"default_ttl": 0}, "'default_ttl'"),
+        ({"default_ttl": -1}, "'default_ttl'"),
+        ({"default_ttl": "60"}, "'default_ttl'"),
+        ({"default_ttl": True}, "'default_ttl'"),
+        ({"default_ttl": float("inf")}, "'default_ttl'"),
+        ({"default_ttl": float("nan")}, "'default_ttl'"),
+        ({"sweep_interval_minutes": 0}, "'sweep_interval_minutes'"),
+        ({"refresh_on_read": "yes"}, "'refresh_on_read'"),
+        ({"strategy": "expire"}, "'strategy'"),
+        ({"strategy": None}, "'strategy'"),
+        ([("default_ttl", 60)], "dict"),
+    ],
+)
+def test_a_ttl_with_an_unknown_key_or_a_bad_value_is_refused_naming_it(settings: Any, named: str) -> None:
+    from telar_checkpoint import UsageError
+    from telar_checkpoint.lifetime import ttl_settings
+
+    with pytest.raises(UsageError, match=named):
+        ttl_settings(settings)
