@@ -87,9 +87,9 @@ class KeepLatest:
 @dataclass(slots=True)
 class DeleteThread:
     """Delete the thread, leaving only its record (the root `dropped` line's `deleted_before` and
-    `deleted_at`): a later write for a checkpoint up to `before` that the thread does not hold
-    was made by a run of the deleted thread, and is refused. `before` is the greatest
-    checkpoint id a run could have made by then (`lifetime.deletion`), `at` its time."""
+    `deleted_at`): a later write made by a run of the deleted thread is refused (which ones:
+    `_refuse_if_deleted`, `add_writes`). `before` is the greatest checkpoint id a run could
+    have made by then (`lifetime.deletion`), `at` its time."""
 
     before: str
     at: str
