@@ -218,7 +218,7 @@ class CheckpointCodec:
         if not doomed:
             return stored
         text, new = self.edit(stored, Remove(doomed), history=history)
-        return text if new.entries or new.deleted else None
+        return text if new.entries or new.deletion_record else None
 
     def copied(self, thread_id: str | None, stored: str) -> str | None:
         """What a copy of the thread writes (`copy_thread`): its history in the current versions,
@@ -227,7 +227,7 @@ class CheckpointCodec:
         history = History.parse(thread_id, stored)
         if history.only_deleted:
             return None
-        if history.deleted is None:
+        if history.deletion_record is None:
             return history.in_current_versions(stored)
         copy = history.clone()
         copy.dropped[""].deleted_before = copy.dropped[""].deleted_at = None

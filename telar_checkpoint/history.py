@@ -485,7 +485,7 @@ class History:
         return (here is not None and cid in here.deleted) or self.in_deleted_thread(ns, cid)
 
     @property
-    def deleted(self) -> DroppedLine | None:
+    def deletion_record(self) -> DroppedLine | None:
         """The root record of the thread deleted under this thread id, if one was."""
         root = self.dropped.get("")
         return root if root is not None and root.deleted_before is not None else None
@@ -494,25 +494,20 @@ class History:
     def only_deleted(self) -> bool:
         """Whether the history is just the record of a deleted thread: no checkpoint since
         (every reader sees no thread; writes of checkpoints never stored may be waiting)."""
-        return not self.entries and self.deleted is not None
+        return not self.entries and self.deletion_record is not None
 
     def in_deleted_thread(self, ns: str, cid: str) -> bool:
         """Whether checkpoint `cid` of `ns` was in a thread deleted under this id: not held, and
         not newer than the deletion (`DroppedLine.deleted_before`)."""
-        root = self.dropped.get("") if self.dropped else None
-        before = root.deleted_before if root is not None else None
-        return before is not None and cid <= before and (ns, cid) not in self.entries
+        record = self.deletion_record if self.dropped else None
+        return record is not None and cid <= record.deleted_before and (ns, cid) not in self.entries  # type: ignore[operator]  # set on a record
 
     def max_id(self) -> str | None:
         """The greatest checkpoint id the history names: held, with writes waiting, or deleted."""
         ids = [cid for _ns, cid in self.entries] + [cid for _ns, cid in self.orphans]
-        if (deleted := self.deleted) is not None:
-            ids.append(deleted.deleted_before)  # type: ignore[arg-type]  # set on a deleted record
+        if (record := self.deletion_record) is not None:
+            ids.append(record.deleted_before)  # type: ignore[arg-type]  # set on a record
         return max(ids, default=None)
-
-    def clear(self) -> None:
-        """Forget every checkpoint, write and record: the history of no thread."""
-        self.__init__(self.thread_id)  # type: ignore[misc]  # the fields of a new history, in place
 
     def needed_lines(self) -> int:
         """Lines of the canonical string: its dropped records, and each kept checkpoint with a

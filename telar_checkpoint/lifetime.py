@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
+from uuid import UUID
 
 from telar_checkpoint.errors import UsageError
 from telar_checkpoint.rules import DeleteThread
@@ -37,9 +38,7 @@ def deletion(now: float) -> DeleteThread:
     not ahead of this one."""
     ticks = int(now * 10_000_000) + _UUID_EPOCH
     value = ((ticks >> 12) & 0xFFFFFFFFFFFF) << 80 | 0x6 << 76 | (ticks & 0x0FFF) << 64 | 0xBFFF << 48 | 0xFFFFFFFFFFFF
-    text = f"{value:032x}"
-    mark = f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
-    return DeleteThread(mark, datetime.fromtimestamp(now, timezone.utc).isoformat())
+    return DeleteThread(str(UUID(int=value)), datetime.fromtimestamp(now, timezone.utc).isoformat())
 
 
 STRATEGIES = ("delete", "keep_latest")

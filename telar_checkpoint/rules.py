@@ -114,7 +114,7 @@ def apply(history: History, operation: Operation, *, keep_finished_calls: bool =
         cut = trim(new, operation.max_history, keep_finished_calls)
         made = edit(new, [], rewrite=bool(cut) or new.holds_trimmed)
     elif isinstance(operation, DeleteThread):
-        delete_thread(new, operation)
+        new = delete_thread(history, operation)
         made = edit(new, [], rewrite=True)
     elif isinstance(operation, Remove):
         if not operation.keys:
@@ -134,7 +134,7 @@ def apply(history: History, operation: Operation, *, keep_finished_calls: bool =
 
 def _put(history: History, put: Put, keep: bool) -> Edit:
     parent = history.entries.get((put.ns, put.parent)) if put.parent is not None else None
-    if parent is None and history.dropped and history.deleted is not None:
+    if parent is None and history.dropped and history.deletion_record is not None:
         _refuse_if_deleted(history, put)
     line, lists = checkpoint_line(put, parent)
     changed = put_line(history, line, put.writes, keep)  # dropped or updated a stored line
@@ -396,9 +396,8 @@ def add_writes(history: History, line: WritesLine) -> WritesLine | None:
     ns, cid = line.ns, line.checkpoint_id
     if (ns, cid) not in history.entries:
         if history.in_deleted_thread(ns, cid):
-            deleted = history.deleted
             raise ThreadDeletedError(
-                history.thread_id, ns, cid, deleted.deleted_at if deleted else None,
+                history.thread_id, ns, cid, history.dropped[""].deleted_at,
                 f"task {line.task_id}'s writes are for checkpoint {cid}, which was in it",
             )
         if history.dropped_reason(ns, cid) is not None:
@@ -429,12 +428,13 @@ def _refuse_if_deleted(history: History, put: Put) -> None:
         )
 
 
-def delete_thread(history: History, operation: DeleteThread) -> None:
-    """The thread deleted: only its record is left (see `DeleteThread`), its mark never lower
-    than an id the history named."""
+def delete_thread(history: History, operation: DeleteThread) -> History:
+    """The history of the deleted thread: only its record (see `DeleteThread`), its mark never
+    lower than an id `history` named."""
+    deleted = History(history.thread_id)
     before = max(operation.before, history.max_id() or "")
-    history.clear()
-    history.dropped[""] = DroppedLine("", None, deleted_before=before, deleted_at=operation.at)
+    deleted.dropped[""] = DroppedLine("", None, deleted_before=before, deleted_at=operation.at)
+    return deleted
 
 
 # --- remove, keep latest, trim ----------------------------------------------------------

@@ -39,15 +39,25 @@ def values_of(worker: int, n: int) -> dict[str, Any]:
     return {"worker": worker, "n": n, "text": f"w{worker}n{n}:é中🧵\u2028" * (1 + n % 7)}
 
 
-def write_chain(saver: TelarSaver, thread: str, worker: int, puts: int) -> list[str]:
-    """`puts` checkpoints of one writer, each with two pending writes; their ids, in order."""
+def write_chain(saver: TelarSaver, thread: str, worker: int, puts: int, refused: list[str] | None = None) -> list[str]:
+    """`puts` checkpoints of one writer, each with two pending writes; their ids, in order.
+    `refused`: the thread is being deleted, and a write refused (`ThreadDeletedError`, noted
+    there) starts a new run."""
     ids: list[str] = []
     for n in range(puts):
         checkpoint = empty_checkpoint()
         checkpoint["channel_values"] = values_of(worker, n)
         config = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": ids[-1] if ids else None}}
-        saved = saver.put(config, checkpoint, {"source": "loop", "step": n, "parents": {}, "writer": worker}, {})
-        saver.put_writes(saved, [("a", worker), ("b", n)], f"task-{worker}-{n}")
+        try:
+            saved = saver.put(config, checkpoint, {"source": "loop", "step": n, "parents": {}, "writer": worker}, {})
+            saver.put_writes(saved, [("a", worker), ("b", n)], f"task-{worker}-{n}")
+        except ThreadDeletedError as e:
+            if refused is None:
+                raise
+            assert e.thread_id == thread and "was deleted" in str(e)
+            refused.append(checkpoint["id"])
+            ids = []
+            continue
         ids.append(checkpoint["id"])
     return ids
 
@@ -164,26 +174,6 @@ async def test_coroutines_writing_one_thread(astore: Store) -> None:
 # --- delete_thread racing with late writes ---
 
 
-def write_chain_racing_deletes(saver: TelarSaver, thread: str, worker: int, puts: int) -> int:
-    """`write_chain` while the thread is being deleted: a refused write (the chain's thread was
-    deleted) starts a new run; how many were refused."""
-    ids: list[str] = []
-    refused = 0
-    for n in range(puts):
-        checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = values_of(worker, n)
-        config = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": ids[-1] if ids else None}}
-        try:
-            saved = saver.put(config, checkpoint, {"source": "loop", "step": n, "parents": {}, "writer": worker}, {})
-            saver.put_writes(saved, [("a", worker), ("b", n)], f"task-{worker}-{n}")
-            ids.append(checkpoint["id"])
-        except ThreadDeletedError as e:
-            assert e.thread_id == thread and "was deleted" in str(e)
-            refused += 1
-            ids = []
-    return refused
-
-
 def assert_absent_or_whole(saver: TelarSaver, thread: str) -> int:
     """The thread is gone or deleted, or a history whose every line parses and every checkpoint
     decodes."""
@@ -217,14 +207,15 @@ def test_delete_thread_racing_late_writes(store: Store) -> None:
             saver.delete_thread("doomed")
             deletes += 1
 
-    survivors, refused = [], 0
+    survivors: list[int] = []
+    refused: list[str] = []
     for _round in range(3):
         stop.clear()
         killer = threading.Thread(target=deleter)
         killer.start()
         try:
             with ThreadPoolExecutor(4) as pool:
-                refused += sum(pool.map(lambda w: write_chain_racing_deletes(saver, "doomed", w, max(4, PUTS // 2)), range(4)))
+                list(pool.map(lambda w: write_chain(saver, "doomed", w, max(4, PUTS // 2), refused), range(4)))
         finally:
             stop.set()
             killer.join()
@@ -232,7 +223,7 @@ def test_delete_thread_racing_late_writes(store: Store) -> None:
         saver.delete_thread("doomed")
         assert_absent_or_whole(saver, "doomed")
     assert deletes > 0
-    log_figures(store=store.kind, kind="delete racing writes", writers=5, deletes=deletes, survivors=survivors, refused=refused)
+    log_figures(store=store.kind, kind="delete racing writes", writers=5, deletes=deletes, survivors=survivors, refused=len(refused))
 
 
 async def test_adelete_thread_racing_late_writes(astore: Store) -> None:

@@ -254,7 +254,7 @@ def test_a_deleted_thread_copied_copies_nothing_and_a_copy_keeps_no_record(store
     graph.invoke({"log": []}, {"configurable": {"thread_id": "again"}})
     saver.copy_thread("again", "copy")
     copied = History.parse("copy", store.read("copy"))
-    assert copied.deleted is None and len(copied.entries) == 5
+    assert copied.deletion_record is None and len(copied.entries) == 5
 
 
 def test_the_mark_is_the_greatest_id_of_its_instant() -> None:

@@ -213,7 +213,7 @@ def test_the_mark_is_never_below_an_id_the_thread_named() -> None:
     """A deletion whose clock is behind the ids stored (another process's clock, or ids not made
     by uuid6) marks the greatest of them."""
     deleted, _ = apply(History.parse("t", CHAIN), DeleteThread("00000001", DELETE.at))
-    assert deleted.deleted is not None and deleted.deleted.deleted_before == "00000003"
+    assert deleted.deletion_record is not None and deleted.deletion_record.deleted_before == "00000003"
     with pytest.raises(ThreadDeletedError):
         apply(deleted, put(4, 3))
 
