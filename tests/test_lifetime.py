@@ -341,3 +341,65 @@ def test_a_ttl_with_an_unknown_key_or_a_bad_value_is_refused_naming_it(settings:
 
     with pytest.raises(UsageError, match=named):
         ttl_settings(settings)
+
+
+def react_agent_deleting(checkpointer: Any, delete: Callable[[], None]) -> Any:
+    """LangGraph's prebuilt agent on the scripted chat model, with a tool that deletes the thread."""
+    from langchain_core.tools import tool
+    from langgraph.prebuilt import create_react_agent
+
+    from tests.programs import ScriptedChatModel
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        delete()
+        return f"It is sunny in {city}."
+
+    return create_react_agent(ScriptedChatModel(), [get_weather], checkpointer=checkpointer)
+
+
+def functional_deleting(checkpointer: Any, delete: Callable[[], None]) -> Any:
+    """A Functional API workflow: two tasks in turn, the first deleting the thread."""
+    from langgraph.func import entrypoint, task
+
+    @task
+    def fetch(topic: str) -> str:
+        delete()
+        return f"notes on {topic}"
+
+    @task
+    def summarize(notes: str) -> str:
+        return notes.upper()
+
+    @entrypoint(checkpointer=checkpointer)
+    def workflow(topic: str) -> str:
+        return summarize(fetch(topic).result()).result()
+
+    return workflow
+
+
+@pytest.mark.parametrize(
+    ("program", "first_input"),
+    [
+        (react_agent_deleting, {"messages": [("user", "what is the weather in Paris")]}),
+        (functional_deleting, "otters"),
+    ],
+    ids=["prebuilt agent", "Functional API"],
+)
+def test_a_users_program_deleted_mid_run_stores_nothing_and_starts_again(store: Store, program: Any, first_input: Any) -> None:
+    """As users write them: the run is refused once deleted, and a new run gives what it gives on
+    InMemorySaver (messages compared without their random ids)."""
+    from tests.graphs import normalize
+
+    saver = TelarSaver(store)
+    config: dict[str, Any] = {"configurable": {"thread_id": "users"}}
+    app = program(saver, once_stored(saver, "users", lambda: saver.delete_thread("users")))
+    with pytest.raises(ThreadDeletedError):
+        app.invoke(first_input, config, durability="sync")
+    assert_deleted(saver, "users")
+    reference = program(InMemorySaver(), lambda: None).invoke(first_input, {"configurable": {"thread_id": "t"}})
+    assert normalize(app.invoke(first_input, config)) == normalize(reference)
+    stored = list(saver.list(config))
+    held = {t.config["configurable"]["checkpoint_id"] for t in stored}
+    assert stored and all(t.parent_config is None or t.parent_config["configurable"]["checkpoint_id"] in held for t in stored)
