@@ -95,6 +95,7 @@ class PlainStore(Store):
 class TestPlainStore(StoreTests):
     versions = False
     indexes = False
+    expires = False
 
     @pytest.fixture
     def store(self) -> Store:

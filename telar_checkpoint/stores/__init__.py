@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.base import Change, Expiring, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.file import FileStore
 from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.stores.memory import MemoryStore
@@ -37,6 +37,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Change", "DeferredAppends", "FileStore", "Indexed", "MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore",
+    "Change", "DeferredAppends", "Expiring", "FileStore", "Indexed", "MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore",
     "SharedSpace", "Store", "Versioned", "open_store",
 ]

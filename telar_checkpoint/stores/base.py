@@ -8,7 +8,7 @@ a store whose storage allows it appends the suffix instead of rewriting.
 Async methods default to running the sync ones in a worker thread, so they
 never block the event loop; server-backed stores override them natively.
 What only some stores do is an optional protocol: `Versioned`, `Indexed`,
-`SharedSpace`.
+`Expiring`, `SharedSpace`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ Change = Callable[[str | None], str | None]
 class Store(ABC):
     """A few methods on strings keyed by thread id; the rest is derived. What only some stores
     can do is an optional protocol the store also subclasses: `Versioned`, `Indexed`,
-    `SharedSpace` (and `group_commit.DeferredAppends`). The saver and
+    `Expiring`, `SharedSpace` (and `group_commit.DeferredAppends`). The saver and
     `telar_checkpoint.testing.StoreTests` go by those, never by the methods a store overrides."""
 
     #: A short name for messages and listings ("file", "sqlite", ...).
@@ -170,6 +170,60 @@ class Indexed(ABC):
 
     async def aset_index_ready(self) -> None:
         await asyncio.to_thread(self.set_index_ready)
+
+
+class Expiring(ABC):
+    """An optional protocol of a `Store`: an expiry time per key (seconds since the Unix epoch,
+    as the caller's clock gives them), the keys whose time has come, earliest first, at a cost
+    in what they find rather than in how many keys are stored, and leases, so that one holder
+    at a time does a piece of work across processes (`lease`). Deleting a key forgets its
+    expiry. A key may have an expiry and no value (recorded before its first write)."""
+
+    @abstractmethod
+    def expire_at(self, key: str, when: float) -> None:
+        """Record that `key` expires at `when`, unless a later time is recorded: the later of
+        the two is kept (two writers racing never shorten a key's life)."""
+
+    @abstractmethod
+    def set_expiry(self, key: str, when: float | None) -> None:
+        """Record exactly `when` for `key`, whatever was recorded (None: it has no expiry)."""
+
+    @abstractmethod
+    def expiry(self, key: str) -> float | None:
+        """The expiry recorded for `key`, or None."""
+
+    @abstractmethod
+    def expired(self, now: float, limit: int) -> list[tuple[str, float]]:
+        """The keys whose expiry is at or before `now`, with it, earliest first (ties in key
+        order), at most `limit` of them."""
+
+    @abstractmethod
+    def lease(self, name: str, holder: str, now: float, seconds: float) -> bool:
+        """Take or renew the lease `name` for `holder` until `now + seconds`: True if it is
+        free, lapsed (its end is at or before `now`) or already `holder`'s; False, changing
+        nothing, if another holder has it. Atomic across processes."""
+
+    @abstractmethod
+    def release(self, name: str, holder: str) -> None:
+        """Give up the lease `name` if `holder` has it (nothing happens otherwise)."""
+
+    async def aexpire_at(self, key: str, when: float) -> None:
+        await asyncio.to_thread(self.expire_at, key, when)
+
+    async def aset_expiry(self, key: str, when: float | None) -> None:
+        await asyncio.to_thread(self.set_expiry, key, when)
+
+    async def aexpiry(self, key: str) -> float | None:
+        return await asyncio.to_thread(self.expiry, key)
+
+    async def aexpired(self, now: float, limit: int) -> list[tuple[str, float]]:
+        return await asyncio.to_thread(self.expired, now, limit)
+
+    async def alease(self, name: str, holder: str, now: float, seconds: float) -> bool:
+        return await asyncio.to_thread(self.lease, name, holder, now, seconds)
+
+    async def arelease(self, name: str, holder: str) -> None:
+        await asyncio.to_thread(self.release, name, holder)
 
 
 class SharedSpace(ABC):

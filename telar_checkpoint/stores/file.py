@@ -18,7 +18,8 @@ meanwhile (the append is then taken back and the change made again on what is
 there). Creating or removing a file takes ``flock`` on the store's directory
 instead. Files and directories are created owner-only (0600 / 0700) unless
 `mode` says otherwise, and every directory created is fsynced with its parent.
-The store's index is an SQLite database in ``.index`` (`file_index`).
+The store's index is an SQLite database in ``.index`` (`file_index`), which also holds its
+expiries and leases.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pathlib import Path
 from telar_checkpoint import forks
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import ForeignDataError, StoreError, StoreFullError, UsageError
-from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store
+from telar_checkpoint.stores.base import Change, Expiring, Indexed, SharedSpace, Store
 from telar_checkpoint.stores.common import attempts, encode, extension, gave_up
 from telar_checkpoint.stores.file_access import (
     CLOEXEC,
@@ -87,7 +88,7 @@ def _forget_parents_files() -> None:
 forks.in_child_after_fork(_forget_parents_files)
 
 
-class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
+class FileStore(Store, DeferredAppends, Indexed, Expiring, SharedSpace):
     """Histories as files under `directory`, one per thread.
 
     A read reads the file: the store keeps no texts (the saver keeps parsed histories by
@@ -98,7 +99,7 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
 
     kind = "file"
     # Versioned: a file's signature (see `file_handle.signature_of`); DeferredAppends: a batch of
-    # appends shares one fsync, in `flush`; Indexed: in an SQLite database beside the files (`file_index`).
+    # appends shares one fsync, in `flush`; Indexed and Expiring: in an SQLite database beside the files (`file_index`).
 
     def __init__(
         self,
@@ -403,7 +404,9 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
     def delete(self, key: str) -> None:
         with self._errors("deleting", key), self._locked(key) as (handle, st):
             if st is not None:
-                self._remove(key, handle)
+                self._remove(key, handle)  # (which forgets the expiry with the key)
+            else:  # an expiry recorded before the first write (not `forget_key`: a creator may have just recorded it)
+                self._index_db().set_expiry(key, None)
             legacy = legacy_name(key)
             legacy_st = None if legacy is None else self._lstat(legacy, key)
             if legacy is not None and legacy_st is not None and stat.S_ISREG(legacy_st.st_mode):
@@ -550,6 +553,24 @@ class FileStore(Store, DeferredAppends, Indexed, SharedSpace):
         index = self._index_db()
         index.add_keys(self.keys())
         index.set_index_ready()
+
+    def expire_at(self, key: str, when: float) -> None:
+        self._index_db().expire_at(key, when)
+
+    def set_expiry(self, key: str, when: float | None) -> None:
+        self._index_db().set_expiry(key, when)
+
+    def expiry(self, key: str) -> float | None:
+        return self._index_db().expiry(key)
+
+    def expired(self, now: float, limit: int) -> list[tuple[str, float]]:
+        return self._index_db().expired(now, limit)
+
+    def lease(self, name: str, holder: str, now: float, seconds: float) -> bool:
+        return self._index_db().lease(name, holder, now, seconds)
+
+    def release(self, name: str, holder: str) -> None:
+        self._index_db().release(name, holder)
 
     def _holds(self, key: str) -> bool:
         """Whether a history of `key` is there: a regular file (anything else is foreign, as in `keys`)."""

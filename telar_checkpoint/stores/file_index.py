@@ -13,6 +13,9 @@ What it cannot see is a file that another hand put there (copied in, or written 
 without an index): a directory that holds histories when its database is made, or whose database
 is missing, has an index that is not ready, which the saver rebuilds. A file created or edited
 by hand after that is seen once the index is rebuilt (``telar-checkpoint reindex``).
+
+The store's expiries and leases (see `Expiring`) are that database's too, and forgetting a key
+forgets its expiry.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class FileIndex:
         self._db.write(key, "")
 
     def forget_key(self, key: str) -> None:
-        """Forget `key` and its terms."""
+        """Forget `key`, its terms and its expiry."""
         self._db.delete(key)
 
     def index(self, key: str, terms: Collection[str]) -> None:
@@ -69,6 +72,24 @@ class FileIndex:
 
     def set_index_ready(self) -> None:
         self._db.set_index_ready()
+
+    def expire_at(self, key: str, when: float) -> None:
+        self._db.expire_at(key, when)
+
+    def set_expiry(self, key: str, when: float | None) -> None:
+        self._db.set_expiry(key, when)
+
+    def expiry(self, key: str) -> float | None:
+        return self._db.expiry(key)
+
+    def expired(self, now: float, limit: int) -> list[tuple[str, float]]:
+        return self._db.expired(now, limit)
+
+    def lease(self, name: str, holder: str, now: float, seconds: float) -> bool:
+        return self._db.lease(name, holder, now, seconds)
+
+    def release(self, name: str, holder: str) -> None:
+        self._db.release(name, holder)
 
     def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
         return self._db.sorted_keys(after, limit)

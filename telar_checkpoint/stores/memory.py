@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import bisect
+import heapq
 import threading
 from collections.abc import Collection, Hashable, Iterator
 
-from telar_checkpoint.stores.base import Change, Indexed, Store, Versioned
+from telar_checkpoint.stores.base import Change, Expiring, Indexed, Store, Versioned
 
 
-class MemoryStore(Store, Versioned, Indexed):
+class MemoryStore(Store, Versioned, Indexed, Expiring):
     """Keeps every history in a dict guarded by a lock; nothing survives the process.
 
     A value is kept as the list of pieces appended to it, joined when read, so an
-    append costs the size of what it adds, not of the whole value.
+    append costs the size of what it adds, not of the whole value. Expiries are a dict
+    and a heap of (time, key) whose stale entries (a time since changed) are dropped
+    when met, so `expired` costs what it finds; leases are a dict of (holder, end).
     """
 
     kind = "memory"
@@ -24,6 +27,9 @@ class MemoryStore(Store, Versioned, Indexed):
         self._sorted: list[str] = []  # the keys, in order (kept by bisect as keys come and go)
         self._terms: dict[str, list[str]] = {}  # term -> its keys, in order
         self._terms_of: dict[str, set[str]] = {}  # key -> its terms
+        self._expiry: dict[str, float] = {}
+        self._due: list[tuple[float, str]] = []  # a heap; an entry is stale when _expiry says otherwise
+        self._leases: dict[str, tuple[str, float]] = {}  # name -> (holder, end)
         self._clock = 0
         self._lock = threading.Lock()
 
@@ -46,6 +52,7 @@ class MemoryStore(Store, Versioned, Indexed):
                 del self._sorted[bisect.bisect_left(self._sorted, key)]
             self._versions.pop(key, None)
             self._unindex(key, self._terms_of.pop(key, ()))
+            self._expiry.pop(key, None)
         else:
             if key not in self._data:
                 bisect.insort(self._sorted, key)
@@ -114,6 +121,56 @@ class MemoryStore(Store, Versioned, Indexed):
     def index_ready(self) -> bool:
         return True
 
+    def expire_at(self, key: str, when: float) -> None:
+        with self._lock:
+            old = self._expiry.get(key)
+            if old is None or when > old:
+                self._set_expiry(key, when)
+
+    def set_expiry(self, key: str, when: float | None) -> None:
+        with self._lock:
+            if when is None:
+                self._expiry.pop(key, None)
+            elif self._expiry.get(key) != when:
+                self._set_expiry(key, when)
+
+    def _set_expiry(self, key: str, when: float) -> None:
+        self._expiry[key] = when
+        heapq.heappush(self._due, (when, key))
+        if len(self._due) > 2 * len(self._expiry) + 64:  # mostly stale: rebuild (amortized over the pushes)
+            self._due = [(at, k) for k, at in self._expiry.items()]
+            heapq.heapify(self._due)
+
+    def expiry(self, key: str) -> float | None:
+        with self._lock:
+            return self._expiry.get(key)
+
+    def expired(self, now: float, limit: int) -> list[tuple[str, float]]:
+        """Pops the heap's entries due by `now` (dropping the stale ones), then pushes back the found."""
+        found: list[tuple[str, float]] = []
+        with self._lock:
+            while self._due and len(found) < limit and self._due[0][0] <= now:
+                when, key = heapq.heappop(self._due)
+                if self._expiry.get(key) == when and (not found or found[-1] != (key, when)):
+                    found.append((key, when))
+            for key, when in found:
+                heapq.heappush(self._due, (when, key))
+        return found
+
+    def lease(self, name: str, holder: str, now: float, seconds: float) -> bool:
+        with self._lock:
+            held = self._leases.get(name)
+            if held is not None and held[0] != holder and held[1] > now:
+                return False
+            self._leases[name] = (holder, now + seconds)
+            return True
+
+    def release(self, name: str, holder: str) -> None:
+        with self._lock:
+            held = self._leases.get(name)
+            if held is not None and held[0] == holder:
+                del self._leases[name]
+
     def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
         with self._lock:
             start = 0 if after is None else bisect.bisect_right(self._sorted, after)
@@ -154,3 +211,21 @@ class MemoryStore(Store, Versioned, Indexed):
 
     async def asorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
         return self.sorted_keys(after, limit)
+
+    async def aexpire_at(self, key: str, when: float) -> None:
+        self.expire_at(key, when)
+
+    async def aset_expiry(self, key: str, when: float | None) -> None:
+        self.set_expiry(key, when)
+
+    async def aexpiry(self, key: str) -> float | None:
+        return self.expiry(key)
+
+    async def aexpired(self, now: float, limit: int) -> list[tuple[str, float]]:
+        return self.expired(now, limit)
+
+    async def alease(self, name: str, holder: str, now: float, seconds: float) -> bool:
+        return self.lease(name, holder, now, seconds)
+
+    async def arelease(self, name: str, holder: str) -> None:
+        self.release(name, holder)

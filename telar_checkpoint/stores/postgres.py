@@ -30,6 +30,13 @@ has its terms lost. Deleting a thread deletes its terms in the same transaction.
 Keys are listed in the order of their bytes, which is code point order, but for
 keys of more than `LONG_KEY` bytes, which sort by their hash.
 
+Expiries (see `Expiring`) are ``{prefix}expiry``, a row per key read in the order
+of its index on ``(expires_at, key)``, and leases ``{prefix}leases``, a row per
+lease with its holder and end, taken or renewed by one upsert whose update runs
+only when the lease is lapsed or the holder's. A store opened without `create`
+makes them, when missing, on its first expiry or lease. Deleting a thread
+deletes its expiry in the same transaction.
+
 Each operation is written once as a generator of ``(query, params)`` steps
 that receives each step's rows; a sync and an async driver run it. The
 operations of one statement (`read`, `version`, `append_if`) skip the
@@ -56,7 +63,7 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating a missi
 from telar_checkpoint import forks
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import NoAsyncDriverError, NoStoreError, StoreError, UsageError
-from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.base import Change, Expiring, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.common import check_schema, decode_key, decoded_keys, driver_error, driver_errors, encode, extension
 from telar_checkpoint.stores.event_loops import INHERITED, PerLoop
 from telar_checkpoint.stores.postgres_connections import AsyncConnections, Connections
@@ -102,11 +109,12 @@ def server_name(conninfo: str, **kwargs: Any) -> str:
     return f"{host}:{port}"
 
 
-class PostgresStore(Store, Versioned, Indexed, SharedSpace):
+class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
     """Histories as rows of ``{table_prefix}histories`` in `schema` (created if needed)."""
 
     kind = "postgres"
-    # Versioned: drawn from the sequence ``{prefix}versions``; Indexed: ``{prefix}terms``.
+    # Versioned: drawn from the sequence ``{prefix}versions``; Indexed: ``{prefix}terms``;
+    # Expiring: ``{prefix}expiry`` and ``{prefix}leases``.
 
     def __init__(
         self,
@@ -142,6 +150,7 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
         self._limits = (max_size, timeout)
         self._sql = _Queries(schema, table_prefix)
         self._ready = False
+        self._expiring = False  # the expiry and lease tables are known to be there
         self._lock = threading.Lock()
         self._pid = forks.pid
         self._hot: dict[str, bytes] | None = None
@@ -196,6 +205,7 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
         if self.create and version < SCHEMA_VERSION:  # 1: one row per thread in {prefix}histories; 2: no index
             for statement in (self._sql.migrate_v1 if version == 1 else []) + [self._sql.to_current]:
                 yield statement, ()
+        self._expiring = self._expiring or self.create
         if fresh:
             rows = yield self._sql.any_thread, ()
             if not rows[0][0]:  # a new store: nothing to index
@@ -249,6 +259,8 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
             yield self._sql.delete_chunks, (raw_key,)
             yield self._sql.delete_thread, (raw_key,)
             yield self._sql.drop_terms, (raw_key,)
+            if (yield from self._has_expiry_steps()):
+                yield self._sql.drop_expiry, (raw_key,)
             return None, None
         if new == old:
             return new, version
@@ -269,6 +281,8 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
         yield self._sql.delete_chunks, (raw_key,)
         yield self._sql.delete_thread, (raw_key,)
         yield self._sql.drop_terms, (raw_key,)
+        if (yield from self._has_expiry_steps()):
+            yield self._sql.drop_expiry, (raw_key,)
 
     def _index_steps(self, key: str, terms: Collection[str], add: bool) -> Steps:
         raw_key, raw_terms = _key(key), [encode(term) for term in terms]
@@ -291,6 +305,37 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
         else:
             rows = yield self._sql.keys_after, (_key(after), limit)
         return decoded_keys([bytes(row[0]) for row in rows])
+
+    def _has_expiry_steps(self) -> Steps:
+        """Whether the expiry and lease tables are there (a store opened without `create`, on
+        tables older code made, may have none until its first expiry or lease is recorded)."""
+        if not self._expiring:
+            rows = yield self._sql.expiry_exists, ()
+            self._expiring = bool(rows[0][0])
+        return self._expiring
+
+    def _expiry_write_steps(self, name: str, params: tuple[Any, ...]) -> Steps:
+        """Runs statement `name`, in a transaction that first makes the expiry and lease tables
+        when they are not there (under the setup's lock)."""
+        if not self._expiring:
+            yield self._sql.advisory_lock, (self._sql.lock_name,)
+            for statement in self._sql.expiry_setup:
+                yield statement, ()
+        return (yield getattr(self._sql, name), params)
+
+    def _expiry_read_steps(self, name: str, params: tuple[Any, ...]) -> Steps:
+        """The rows of statement `name` (none when the tables are not there)."""
+        if not (yield from self._has_expiry_steps()):
+            return []
+        return (yield getattr(self._sql, name), params)
+
+    def _set_expiry_args(self, key: str, when: float | None) -> tuple[str, tuple[Any, ...]]:
+        if when is None:
+            return "drop_expiry", (_key(key),)
+        return "set_expiry", (_key(key), when, _full_key(key))
+
+    def _lease_args(self, name: str, holder: str, now: float, seconds: float) -> tuple[Any, ...]:
+        return encode(name), encode(holder), now + seconds, now
 
     def _keys_steps(self) -> Steps:
         rows = yield self._sql.keys, ()
@@ -441,6 +486,60 @@ class PostgresStore(Store, Versioned, Indexed, SharedSpace):
     def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
         return self._run(self._sorted_keys_steps(after, limit))
 
+    def _expiry_write(self, name: str, params: tuple[Any, ...]) -> Rows:
+        made = self._expiring
+        rows: Rows = self._run(self._expiry_write_steps(name, params), transaction=not made)
+        self._expiring = True  # (committed)
+        return rows
+
+    def expire_at(self, key: str, when: float) -> None:
+        self._expiry_write("expire_at", (_key(key), when, _full_key(key)))
+
+    def set_expiry(self, key: str, when: float | None) -> None:
+        self._expiry_write(*self._set_expiry_args(key, when))
+
+    def expiry(self, key: str) -> float | None:
+        rows = self._run(self._expiry_read_steps("expiry", (_key(key),)))
+        return float(rows[0][0]) if rows else None
+
+    def expired(self, now: float, limit: int) -> list[tuple[str, float]]:
+        if limit <= 0:
+            return []
+        return _expired(self._run(self._expiry_read_steps("expired", (now, limit))))
+
+    def lease(self, name: str, holder: str, now: float, seconds: float) -> bool:
+        return bool(self._expiry_write("lease", self._lease_args(name, holder, now, seconds)))
+
+    def release(self, name: str, holder: str) -> None:
+        self._expiry_write("release", (encode(name), encode(holder)))
+
+    async def _aexpiry_write(self, name: str, params: tuple[Any, ...]) -> Rows:
+        made = self._expiring
+        rows: Rows = await self._arun(self._expiry_write_steps(name, params), transaction=not made)
+        self._expiring = True
+        return rows
+
+    async def aexpire_at(self, key: str, when: float) -> None:
+        await self._aexpiry_write("expire_at", (_key(key), when, _full_key(key)))
+
+    async def aset_expiry(self, key: str, when: float | None) -> None:
+        await self._aexpiry_write(*self._set_expiry_args(key, when))
+
+    async def aexpiry(self, key: str) -> float | None:
+        rows = await self._arun(self._expiry_read_steps("expiry", (_key(key),)))
+        return float(rows[0][0]) if rows else None
+
+    async def aexpired(self, now: float, limit: int) -> list[tuple[str, float]]:
+        if limit <= 0:
+            return []
+        return _expired(await self._arun(self._expiry_read_steps("expired", (now, limit))))
+
+    async def alease(self, name: str, holder: str, now: float, seconds: float) -> bool:
+        return bool(await self._aexpiry_write("lease", self._lease_args(name, holder, now, seconds)))
+
+    async def arelease(self, name: str, holder: str) -> None:
+        await self._aexpiry_write("release", (encode(name), encode(holder)))
+
     async def aindex(self, key: str, terms: Collection[str]) -> None:
         await self._arun(self._index_steps(key, terms, add=True))
 
@@ -495,6 +594,11 @@ _SETUP = [
     "CREATE TABLE IF NOT EXISTS {terms} (term bytea NOT NULL, key bytea NOT NULL, full_key bytea, PRIMARY KEY (term, key))",
     "CREATE INDEX IF NOT EXISTS {terms_key} ON {terms} (key)",
 ]
+_EXPIRY_SETUP = [  # not in the schema version: a release without them leaves them be
+    "CREATE TABLE IF NOT EXISTS {expiry} (key bytea PRIMARY KEY, expires_at double precision NOT NULL, full_key bytea)",
+    "CREATE INDEX IF NOT EXISTS {expiry_when} ON {expiry} (expires_at, key)",
+    "CREATE TABLE IF NOT EXISTS {leases} (name bytea PRIMARY KEY, holder bytea NOT NULL, until double precision NOT NULL)",
+]
 _MIGRATE_V1 = [
     "INSERT INTO {threads} (key, version) SELECT key, nextval({versions_name}) FROM {histories} WHERE value IS NOT NULL",
     "INSERT INTO {chunks} SELECT key, version, value FROM {threads} JOIN {histories} USING (key)",
@@ -538,6 +642,18 @@ _STATEMENTS = {
     "drop_some_terms": "DELETE FROM {terms} WHERE key = %s AND term = ANY(%s::bytea[])",
     "drop_terms": "DELETE FROM {terms} WHERE key = %s",
     "indexed": "SELECT coalesce(full_key, key) FROM {terms} WHERE term = %s AND key >= %s ORDER BY key LIMIT %s",
+    # Expiries and leases
+    "expiry_exists": "SELECT to_regclass({expiry_name}) IS NOT NULL AND to_regclass({leases_name}) IS NOT NULL",
+    "expire_at": "INSERT INTO {expiry} AS e VALUES (%s, %s, %s) "
+    "ON CONFLICT (key) DO UPDATE SET expires_at = GREATEST(e.expires_at, excluded.expires_at)",
+    "set_expiry": "INSERT INTO {expiry} VALUES (%s, %s, %s) ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at",
+    "drop_expiry": "DELETE FROM {expiry} WHERE key = %s",
+    "expiry": "SELECT expires_at FROM {expiry} WHERE key = %s",
+    "expired": "SELECT coalesce(full_key, key), expires_at FROM {expiry} WHERE expires_at <= %s ORDER BY expires_at, key LIMIT %s",
+    # Changes the row (and returns it) only when the lease is the holder's or lapsed; atomic, as an upsert is.
+    "lease": "INSERT INTO {leases} AS l VALUES (%s, %s, %s) ON CONFLICT (name) DO UPDATE "
+    "SET holder = excluded.holder, until = excluded.until WHERE l.holder = excluded.holder OR l.until <= %s RETURNING 1",
+    "release": "DELETE FROM {leases} WHERE name = %s AND holder = %s",
 }
 
 
@@ -547,10 +663,11 @@ class _Queries:
 
     def __init__(self, schema: str | None, prefix: str) -> None:
         names: dict[str, sql.Composable] = {"version": sql.Literal(str(SCHEMA_VERSION))}
-        for table in ("meta", "threads", "chunks", "terms", "histories", "versions"):
+        for table in ("meta", "threads", "chunks", "terms", "histories", "versions", "expiry", "leases"):
             names[table] = sql.Identifier(schema, prefix + table) if schema else sql.Identifier(prefix + table)
             names[f"{table}_name"] = sql.Literal(names[table].as_string(None))  # for to_regclass, nextval
         names["terms_key"] = sql.Identifier(prefix + "terms_key")  # an index is in its table's schema
+        names["expiry_when"] = sql.Identifier(prefix + "expiry_when")
         for name, table in (("checkpoints", "checkpoints"), ("writes", "checkpoint_writes"), ("blobs", "checkpoint_blobs")):
             identifier = sql.Identifier(schema, table) if schema else sql.Identifier(table)  # LangGraph's PostgresSaver's
             names[f"lg_{name}"] = sql.Literal(identifier.as_string(None))
@@ -562,7 +679,8 @@ class _Queries:
 
         self.lock_name = f"telar-checkpoint setup {schema or ''}.{prefix}"
         self.setup = [compose("CREATE SCHEMA IF NOT EXISTS {schema}")] if schema else []
-        self.setup += [compose(text) for text in _SETUP]
+        self.expiry_setup = [compose(text) for text in _EXPIRY_SETUP]
+        self.setup += [compose(text) for text in _SETUP] + self.expiry_setup
         self.migrate_v1 = [compose(text) for text in _MIGRATE_V1]
         vars(self).update({name: compose(text) for name, text in _STATEMENTS.items()})
         self.hot = {name: vars(self)[name] for name in ("read", "thread_version", "append_if")}
@@ -599,6 +717,10 @@ def _bound(start: str) -> bytes:
     """Where keys from `start` on begin, in the order of the stored keys: ``key + "\\x00"`` (the
     least key after `key`) is just after the stored form of `key`, even a long key's hash."""
     return _key(start[:-1]) + b"\x00" if start.endswith("\x00") else _key(start)
+
+
+def _expired(rows: Rows) -> list[tuple[str, float]]:
+    return [(key, float(when)) for raw, when in rows if (key := decode_key(bytes(raw))) is not None]
 
 
 def _undecodable(raw_keys: list[bytes]) -> list[str]:

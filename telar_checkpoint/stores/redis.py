@@ -10,6 +10,8 @@ Keys, under the store's prefix (schema 3); ``id`` is the raw UTF-8 bytes of the 
 ``t:`` + part       the set of its index terms (so that a delete can drop them)
 ``i:`` + term       the ids recorded under the term (`Indexed.index`), a sorted set (score 0)
 ``keys``            every id holding a value, a sorted set (score 0) read by ``ZRANGEBYLEX``
+``expiry``          the ids with an expiry (`Expiring`), a sorted set scored by it
+``l:`` + name       a lease: ``end`` + newline + holder, expiring in Redis when the lease ends
 ``index``           ``ready`` once the index covers every value
 ``schema``          the schema version
 ==================  =========================================================================
@@ -34,6 +36,12 @@ id once more after it), and removed after a delete, which then looks again and r
 entries of a write that raced it. The index may so hold more than the values (after a crash),
 never less.
 
+Expiries: ``ZADD GT`` keeps the later time, and `expired` is one ``ZRANGE ... BYSCORE``. A
+delete drops the id from ``expiry`` in its script on a single server, and right after it on a
+cluster. A lease is taken, renewed or refused by a Lua script that compares the holder and the
+end (on the caller's clock) it finds, and sets the key to expire in Redis once the lease ends
+(``PX``, rounded up), so a lapsed lease does not stay behind.
+
 The client does not retry commands by itself: a dropped connection is a `StoreError` naming the
 server, the value stays as it was, and the pool reconnects on the next call (on a cluster, a
 command that only reads is sent once more: see `redis_scripts.reads_only`). Async methods use
@@ -54,6 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import threading
 import time
 import zlib
@@ -75,7 +84,7 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating a missi
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import NoAsyncDriverError, StoreError, UsageError
 from telar_checkpoint.stores import redis_scripts as scripts
-from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.base import Change, Expiring, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.common import (
     attempts,
     check_schema,
@@ -154,6 +163,17 @@ def _version(reply: Any) -> Version | None:
     return None if reply is None else (bytes(reply[0]), int(reply[1]))
 
 
+def _scored(reply: Any) -> list[tuple[str, float]]:
+    """The (id, score) pairs of a ``ZRANGE ... WITHSCORES`` reply: flat (RESP2) or in pairs (RESP3)."""
+    pairs = reply if reply and isinstance(reply[0], (list, tuple)) else zip(reply[::2], reply[1::2])
+    return [(key, float(score)) for member, score in pairs if (key := decode_key(bytes(member))) is not None]
+
+
+def _lease_args(holder: str, now: float, seconds: float) -> list[Any]:
+    """The arguments of `redis_scripts.LEASE`: the end as a float's repr, and Redis's own expiry in ms."""
+    return [encode(holder), repr(float(now)), repr(float(now + seconds)), max(1, math.ceil(seconds * 1000))]
+
+
 def _expected(version: Hashable) -> tuple[bytes, int] | None:
     """`version` as (token, length) when it is one of ours, else None."""
     if isinstance(version, tuple) and len(version) == 2 and isinstance(version[0], bytes) and isinstance(version[1], int):
@@ -161,11 +181,12 @@ def _expected(version: Hashable) -> tuple[bytes, int] | None:
     return None
 
 
-class RedisStore(Store, Versioned, Indexed, SharedSpace):
+class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
     """Histories as Redis strings under `prefix` on the server or cluster at `url`."""
 
     kind = "redis"
-    # Versioned: (token, length), see the module's docs; Indexed: a sorted set per term.
+    # Versioned: (token, length), see the module's docs; Indexed: a sorted set per term;
+    # Expiring: the sorted set ``expiry`` and a key per lease.
 
     def __init__(
         self,
@@ -197,8 +218,9 @@ class RedisStore(Store, Versioned, Indexed, SharedSpace):
         self._values, self._tokens, self._terms_of = raw_prefix + b"h:", raw_prefix + b"v:", raw_prefix + b"t:"
         self._term_keys, self._key_set = raw_prefix + b"i:", raw_prefix + b"keys"
         self._index_key, self._schema_key = raw_prefix + b"index", raw_prefix + b"schema"
+        self._expiry_key, self._leases = raw_prefix + b"expiry", raw_prefix + b"l:"
         self._prefix = raw_prefix
-        self._globals = [] if self.cluster else [self._key_set]  # what a thread's scripts also update
+        self._globals = [] if self.cluster else [self._key_set, self._expiry_key]  # what a thread's scripts also update
         self._options: dict[str, Any] = {
             "socket_connect_timeout": connect_timeout,
             "socket_timeout": timeout,
@@ -425,6 +447,7 @@ class RedisStore(Store, Versioned, Indexed, SharedSpace):
         for term in terms:
             yield ("ZREM", self._term_keys + term, raw)
         yield ("ZREM", self._key_set, raw)
+        yield ("ZREM", self._expiry_key, raw)
         exists, now = yield _Eval(scripts.LOOK_AGAIN, [keys[0], keys[2]], [])
         if exists:
             yield ("ZADD", self._key_set, 0, raw)
@@ -472,6 +495,30 @@ class RedisStore(Store, Versioned, Indexed, SharedSpace):
             return []
         page = () if limit is None else ("LIMIT", 0, limit)
         return decoded_keys((yield ("ZRANGEBYLEX", sorted_set, start, b"+", *page)))
+
+    def _expire_at_steps(self, key: str, when: float) -> Steps:
+        yield ("ZADD", self._expiry_key, "GT", float(when), encode(key))
+
+    def _set_expiry_steps(self, key: str, when: float | None) -> Steps:
+        if when is None:
+            yield ("ZREM", self._expiry_key, encode(key))
+        else:
+            yield ("ZADD", self._expiry_key, float(when), encode(key))
+
+    def _expiry_steps(self, key: str) -> Steps:
+        score = yield ("ZSCORE", self._expiry_key, encode(key))
+        return None if score is None else float(score)
+
+    def _expired_steps(self, now: float, limit: int) -> Steps:
+        if limit <= 0:
+            return []
+        return _scored((yield ("ZRANGE", self._expiry_key, "-inf", float(now), "BYSCORE", "LIMIT", 0, limit, "WITHSCORES")))
+
+    def _lease_steps(self, name: str, holder: str, now: float, seconds: float) -> Steps:
+        return int((yield _Eval(scripts.LEASE, [self._leases + encode(name)], _lease_args(holder, now, seconds)))) == 1
+
+    def _release_steps(self, name: str, holder: str) -> Steps:
+        yield _Eval(scripts.RELEASE, [self._leases + encode(name)], [encode(holder)])
 
     def _schema_steps(self) -> Steps:
         return int((yield ("GET", self._schema_key)))
@@ -540,17 +587,35 @@ class RedisStore(Store, Versioned, Indexed, SharedSpace):
     def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
         return self._run(self._sorted_keys_steps(after, limit))  # type: ignore[no-any-return]
 
+    def expire_at(self, key: str, when: float) -> None:
+        self._run(self._expire_at_steps(key, when))
+
+    def set_expiry(self, key: str, when: float | None) -> None:
+        self._run(self._set_expiry_steps(key, when))
+
+    def expiry(self, key: str) -> float | None:
+        return self._run(self._expiry_steps(key))  # type: ignore[no-any-return]
+
+    def expired(self, now: float, limit: int) -> list[tuple[str, float]]:
+        return self._run(self._expired_steps(now, limit))  # type: ignore[no-any-return]
+
+    def lease(self, name: str, holder: str, now: float, seconds: float) -> bool:
+        return self._run(self._lease_steps(name, holder, now, seconds))  # type: ignore[no-any-return]
+
+    def release(self, name: str, holder: str) -> None:
+        self._run(self._release_steps(name, holder))
+
     def _scan(self, match: bytes) -> list[bytes]:
         with self._errors():
             return list(self._sync_client().scan_iter(match=match, count=SCAN_BATCH))
 
     def _split(self, raw_keys: list[bytes]) -> list[str]:
         """The keys under the prefix that are not ours (shown with escapes)."""
-        ours = {self._schema_key, self._index_key, self._key_set}
+        ours = {self._schema_key, self._index_key, self._key_set, self._expiry_key}
         threads = (self._values, self._tokens, self._terms_of)
         others = []
         for raw in raw_keys:
-            if raw in ours or raw.startswith(self._term_keys):
+            if raw in ours or raw.startswith(self._term_keys) or raw.startswith(self._leases):
                 continue
             kind = next((start for start in threads if raw.startswith(start)), None)
             if kind is None or self._id_of(raw[len(kind) :]) is None:
@@ -684,6 +749,24 @@ class RedisStore(Store, Versioned, Indexed, SharedSpace):
 
     async def asorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
         return await self._arun(self._sorted_keys_steps(after, limit))  # type: ignore[no-any-return]
+
+    async def aexpire_at(self, key: str, when: float) -> None:
+        await self._arun(self._expire_at_steps(key, when))
+
+    async def aset_expiry(self, key: str, when: float | None) -> None:
+        await self._arun(self._set_expiry_steps(key, when))
+
+    async def aexpiry(self, key: str) -> float | None:
+        return await self._arun(self._expiry_steps(key))  # type: ignore[no-any-return]
+
+    async def aexpired(self, now: float, limit: int) -> list[tuple[str, float]]:
+        return await self._arun(self._expired_steps(now, limit))  # type: ignore[no-any-return]
+
+    async def alease(self, name: str, holder: str, now: float, seconds: float) -> bool:
+        return await self._arun(self._lease_steps(name, holder, now, seconds))  # type: ignore[no-any-return]
+
+    async def arelease(self, name: str, holder: str) -> None:
+        await self._arun(self._release_steps(name, holder))
 
     async def akeys(self) -> list[str]:
         client = (self._async.current() or await self._async.get()).client

@@ -41,8 +41,9 @@ redis.call('SET', KEYS[2], ARGV[4])
 return length
 """
 
-# Drops the thread's terms (KEYS[3]); on a single server (KEYS[4]: the key set) its id from the
-# term sets and the key set too, returning {}; on a cluster, returns the terms for the caller.
+# Drops the thread's terms (KEYS[3]); on a single server (KEYS[4]: the key set, KEYS[5]: the
+# expiry set) its id from the term sets, the key set and the expiry set too, returning {}; on a
+# cluster, returns the terms for the caller.
 _FORGET_LUA = """
 local function forget(id, term_prefix)
   local terms = redis.call('SMEMBERS', KEYS[3])
@@ -50,11 +51,12 @@ local function forget(id, term_prefix)
   if not KEYS[4] then return terms end
   for _, term in ipairs(terms) do redis.call('ZREM', term_prefix .. term, id) end
   redis.call('ZREM', KEYS[4], id)
+  redis.call('ZREM', KEYS[5], id)
   return {}
 end
 """
 
-# KEYS: value, token, terms[, key set]. ARGV: expected token ('' = none), expected length (-1: absent),
+# KEYS: value, token, terms[, key set, expiry set]. ARGV: expected token ('' = none), expected length (-1: absent),
 # expected SHA-1 ('' = unchecked), operation, payload, new token, id, term key prefix.
 # Returns the new length, what `forget` returns when it deleted, or nil when the value moved.
 _COMPARE_AND_SET_LUA = (
@@ -83,7 +85,7 @@ return length
 """
 )
 
-# KEYS: value, token, terms[, key set]. ARGV: id, term key prefix. Returns what `forget` returns.
+# KEYS: value, token, terms[, key set, expiry set]. ARGV: id, term key prefix. Returns what `forget` returns.
 _DELETE_LUA = (
     _FORGET_LUA
     + """
@@ -122,12 +124,37 @@ _LOOK_AGAIN_LUA = """
 return {redis.call('EXISTS', KEYS[1]), redis.call('SMEMBERS', KEYS[2])}
 """
 
+# A lease is the string "end\nholder" (end: seconds on the caller's clock, as Python's repr of a
+# float gives them, which Lua reads back exactly), kept by Redis no longer than the lease lasts.
+# KEYS: the lease. ARGV: holder, now, end, milliseconds. Returns 1 when taken or renewed, else 0.
+_LEASE_LUA = """
+local held = redis.call('GET', KEYS[1])
+if held then
+  local at = string.find(held, '\\n', 1, true)
+  if string.sub(held, at + 1) ~= ARGV[1] and tonumber(string.sub(held, 1, at - 1)) > tonumber(ARGV[2]) then
+    return 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[3] .. '\\n' .. ARGV[1], 'PX', ARGV[4])
+return 1
+"""
 
-VERSION, APPEND_IF, COMPARE_AND_SET, DELETE, INDEX, SETUP, LOOK_AGAIN = map(
-    Script, (_VERSION_LUA, _APPEND_IF_LUA, _COMPARE_AND_SET_LUA, _DELETE_LUA, _INDEX_LUA, _SETUP_LUA, _LOOK_AGAIN_LUA)
+# KEYS: the lease. ARGV: holder. Deletes the lease if the holder has it.
+_RELEASE_LUA = """
+local held = redis.call('GET', KEYS[1])
+if held and string.sub(held, string.find(held, '\\n', 1, true) + 1) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+"""
+
+
+VERSION, APPEND_IF, COMPARE_AND_SET, DELETE, INDEX, SETUP, LOOK_AGAIN, LEASE, RELEASE = map(
+    Script,
+    (_VERSION_LUA, _APPEND_IF_LUA, _COMPARE_AND_SET_LUA, _DELETE_LUA, _INDEX_LUA, _SETUP_LUA, _LOOK_AGAIN_LUA, _LEASE_LUA, _RELEASE_LUA),
 )
 
-_READS = frozenset({"GET", "MGET", "SMEMBERS", "ZRANGEBYLEX", VERSION.sha, VERSION.source, LOOK_AGAIN.sha, LOOK_AGAIN.source})
+_READS = frozenset(
+    {"GET", "MGET", "SMEMBERS", "ZRANGEBYLEX", "ZRANGE", "ZSCORE", VERSION.sha, VERSION.source, LOOK_AGAIN.sha, LOOK_AGAIN.source}
+)
 
 
 def reads_only(args: tuple[Any, ...]) -> bool:

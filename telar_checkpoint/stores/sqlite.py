@@ -30,6 +30,13 @@ the WAL is synced in commit order, so a durable write never has its terms lost.
 Deleting a key deletes its terms in the same transaction. ``telar_meta`` holds
 ``index = ready`` once the index covers every value (at once for a new
 database; after the saver's rebuild for one that schema 2 wrote).
+
+Expiries (see `Expiring`) are ``telar_expiry``, a row per key read in the order of
+its index on ``(expires_at, key)``, and leases ``telar_leases``, a row per lease
+with its holder and end, taken by one upsert; both commit as index changes do. They
+are not in the schema version: they are made when the store is set up, or, opened
+without `create` on a database older code wrote, on its first expiry or lease.
+Deleting a key deletes its expiry in the same transaction.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ from pathlib import Path
 from telar_checkpoint import forks
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import NoStoreError, StoreError
-from telar_checkpoint.stores.base import Change, Indexed, SharedSpace, Store
+from telar_checkpoint.stores.base import Change, Expiring, Indexed, SharedSpace, Store
 from telar_checkpoint.stores.common import check_schema, decode_key, decode_value, decoded_keys, driver_error, encode, extension
 from telar_checkpoint.stores.group_commit import DeferredAppends, GroupCommit
 
@@ -64,6 +71,25 @@ _SETUP = (
     "CREATE TABLE IF NOT EXISTS telar_terms (term BLOB NOT NULL, key BLOB NOT NULL, PRIMARY KEY (term, key)) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS telar_terms_key ON telar_terms (key)",
 )
+_EXPIRY_SETUP = (  # not in the schema version: a release without them leaves them be
+    "CREATE TABLE IF NOT EXISTS telar_expiry (key BLOB PRIMARY KEY, expires_at REAL NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS telar_expiry_when ON telar_expiry (expires_at, key)",
+    "CREATE TABLE IF NOT EXISTS telar_leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, until REAL NOT NULL)",
+)
+_EXPIRY_TABLES = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('telar_expiry', 'telar_leases')"
+_EXPIRE_AT = (
+    "INSERT INTO telar_expiry (key, expires_at) VALUES (?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)"
+)
+_SET_EXPIRY = "INSERT OR REPLACE INTO telar_expiry (key, expires_at) VALUES (?, ?)"
+_DROP_EXPIRY = "DELETE FROM telar_expiry WHERE key = ?"
+_EXPIRY = "SELECT expires_at FROM telar_expiry WHERE key = ?"
+_EXPIRED = "SELECT key, expires_at FROM telar_expiry WHERE expires_at <= ? ORDER BY expires_at, key LIMIT ?"
+_LEASE = (
+    "INSERT INTO telar_leases (name, holder, until) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
+    "SET holder = excluded.holder, until = excluded.until WHERE holder = excluded.holder OR until <= ?"
+)
+_RELEASE = "DELETE FROM telar_leases WHERE name = ? AND holder = ?"
 _INDEX_READY = "SELECT 1 FROM telar_meta WHERE name = 'index' AND value = 'ready'"
 _SET_INDEX_READY = "INSERT OR REPLACE INTO telar_meta (name, value) VALUES ('index', 'ready')"
 _UNSET_INDEX_READY = "DELETE FROM telar_meta WHERE name = 'index'"
@@ -102,12 +128,12 @@ class _Connection(sqlite3.Connection):
     writing = False
 
 
-class SQLiteStore(Store, DeferredAppends, Indexed, SharedSpace):
+class SQLiteStore(Store, DeferredAppends, Indexed, Expiring, SharedSpace):
     """Histories as chunks in ``telar_chunks`` of the database file at `path` (see the module docs)."""
 
     kind = "sqlite"
     # Versioned: the largest seq of a key's chunks; DeferredAppends: commits share one fsync of the
-    # WAL, in `flush`; Indexed: ``telar_terms``.
+    # WAL, in `flush`; Indexed: ``telar_terms``; Expiring: ``telar_expiry`` and ``telar_leases``.
 
     def __init__(
         self,
@@ -142,6 +168,7 @@ class SQLiteStore(Store, DeferredAppends, Indexed, SharedSpace):
         self._lent: set[_Connection] = set()  # for a forked child, to tell whether a write was under way
         self._pid = forks.pid
         self._ready = False
+        self._expiring = False  # the expiry and lease tables are known to be there
         self._commits = GroupCommit()
         self.synced_index = synced_index
         self.share_database = share_database
@@ -249,11 +276,12 @@ class SQLiteStore(Store, DeferredAppends, Indexed, SharedSpace):
                 version = int(conn.execute(_VERSION).fetchone()[0])
                 if version <= SCHEMA_VERSION:  # 1: one row per thread in telar_histories; 2: no index
                     fresh = version == SCHEMA_VERSION and conn.execute(_V3_TABLE).fetchone() is None
-                    for statement in _SETUP[1:] + (_MIGRATE_V1 if version == 1 else ()) + _TO_CURRENT:
+                    for statement in _SETUP[1:] + _EXPIRY_SETUP + (_MIGRATE_V1 if version == 1 else ()) + _TO_CURRENT:
                         conn.execute(statement)
                     if fresh and conn.execute(_EMPTY).fetchone()[0]:  # a new database: nothing to index
                         conn.execute(_SET_INDEX_READY)
         check_schema(self._where, version, SCHEMA_VERSION)
+        self._expiring = self.create
         self._ready = True
 
     def schema_version(self) -> int:
@@ -370,6 +398,8 @@ class SQLiteStore(Store, DeferredAppends, Indexed, SharedSpace):
                     if old is not None:
                         conn.execute(_DELETE, (raw_key,))
                         conn.execute(_DROP_TERMS, (raw_key,))
+                        if self._has_expiry(conn):
+                            conn.execute(_DROP_EXPIRY, (raw_key,))
                     return None, None
                 if new == old:
                     return new, version
@@ -381,9 +411,12 @@ class SQLiteStore(Store, DeferredAppends, Indexed, SharedSpace):
                 return new, conn.execute(_INSERT, (raw_key, encode(new))).lastrowid
 
     def delete(self, key: str) -> None:
+        raw_key = encode(key)
         with self._commit() as conn, self._transaction(conn):
-            conn.execute(_DELETE, (encode(key),))
-            conn.execute(_DROP_TERMS, (encode(key),))
+            conn.execute(_DELETE, (raw_key,))
+            conn.execute(_DROP_TERMS, (raw_key,))
+            if self._has_expiry(conn):
+                conn.execute(_DROP_EXPIRY, (raw_key,))
 
     # The index (see the module docs)
 
@@ -424,6 +457,60 @@ class SQLiteStore(Store, DeferredAppends, Indexed, SharedSpace):
         with self._commit() if self.synced_index else self._connection() as conn:
             with self._transaction(conn):
                 yield conn
+
+    # Expiries and leases (see the module docs)
+
+    def _has_expiry(self, conn: sqlite3.Connection) -> bool:
+        """Whether the expiry and lease tables are there (a store opened without `create`, on a
+        database older code wrote, may have none until its first expiry or lease is recorded)."""
+        if not self._expiring:
+            self._expiring = conn.execute(_EXPIRY_TABLES).fetchone()[0] == 2
+        return self._expiring
+
+    @contextmanager
+    def _expiry_commit(self) -> Iterator[_Connection]:
+        """`_index_commit`, making the expiry and lease tables first when they are not there."""
+        made = not self._expiring
+        with self._index_commit() as conn:
+            if made:
+                for statement in _EXPIRY_SETUP:
+                    conn.execute(statement)
+            yield conn
+        self._expiring = True
+
+    def expire_at(self, key: str, when: float) -> None:
+        with self._expiry_commit() as conn:
+            conn.execute(_EXPIRE_AT, (encode(key), when))
+
+    def set_expiry(self, key: str, when: float | None) -> None:
+        with self._expiry_commit() as conn:
+            if when is None:
+                conn.execute(_DROP_EXPIRY, (encode(key),))
+            else:
+                conn.execute(_SET_EXPIRY, (encode(key), when))
+
+    def expiry(self, key: str) -> float | None:
+        with self._connection() as conn:
+            row = conn.execute(_EXPIRY, (encode(key),)).fetchone() if self._has_expiry(conn) else None
+        return None if row is None else float(row[0])
+
+    def expired(self, now: float, limit: int) -> list[tuple[str, float]]:
+        if limit <= 0:
+            return []
+        with self._connection() as conn:
+            rows = conn.execute(_EXPIRED, (now, limit)).fetchall() if self._has_expiry(conn) else []
+        return [(key, float(when)) for raw, when in rows if (key := decode_key(raw)) is not None]
+
+    def lease(self, name: str, holder: str, now: float, seconds: float) -> bool:
+        """One upsert in a ``BEGIN IMMEDIATE`` transaction: it changes a row only when the lease is
+        free, lapsed or the holder's."""
+        raw_holder = encode(holder)
+        with self._expiry_commit() as conn:
+            return conn.execute(_LEASE, (encode(name), raw_holder, now + seconds, now)).rowcount == 1
+
+    def release(self, name: str, holder: str) -> None:
+        with self._expiry_commit() as conn:
+            conn.execute(_RELEASE, (encode(name), encode(holder)))
 
     def write_keys(self, keys: Iterable[str]) -> None:
         """Store each of `keys` that is not stored yet with an empty value, in one transaction."""

@@ -20,7 +20,7 @@ except ImportError as exc:  # pragma: no cover - the test extra is missing
     raise ImportError("telar_checkpoint.testing needs pytest and hypothesis: pip install 'telar-checkpoint[test]'") from exc
 
 from telar_checkpoint.errors import StoreError
-from telar_checkpoint.stores.base import Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.base import Expiring, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.testing._machine import StoreMachine
 from telar_checkpoint.testing._workers import (
@@ -38,9 +38,25 @@ from telar_checkpoint.testing._workers import (
     run_async,
 )
 
-CAPABILITIES = ("versions", "indexes", "shared")
+CAPABILITIES = ("versions", "indexes", "expires", "shared")
 _NEEDS = "_store_tests_needs"
 F = TypeVar("F", bound=Callable[..., Any])
+FAR = 4_102_444_800.0  # 2100-01-01, in seconds since the epoch: an expiry that is never due in a test
+LEASES_RACED = 30  # leases four processes race for, each at once
+
+
+def race_for_leases(open_store: Callable[[], Store], worker: int, start: Any) -> None:
+    """Wait for the other workers at `start` (a barrier), then try to take each of the
+    `LEASES_RACED` leases, noting the ones won as a line ``worker:i,j,...`` in "shared" (run in
+    a child process)."""
+    store = open_store()
+    try:
+        assert isinstance(store, Expiring)
+        start.wait(60)
+        won = [str(i) for i in range(LEASES_RACED) if store.lease(f"race:{i}", f"worker {worker}", 1000.0, 60.0)]
+        store.update("shared", lambda old: (old or "") + f"{worker}:{','.join(won)}\n")
+    finally:
+        store.close()
 
 
 def needs(*capabilities: str) -> Callable[[F], F]:
@@ -64,6 +80,8 @@ class StoreTests:
     versions: bool = True
     #: The store keeps an index (it is `Indexed`).
     indexes: bool = True
+    #: The store keeps expiries and leases (it is `Expiring`).
+    expires: bool = True
     #: Another store object, in this process or a child process, can open the same space (`opener`).
     shared: bool = False
     #: A process forked while its parent was mid-write can write too (False: its write is refused at
@@ -97,14 +115,18 @@ class StoreTests:
     # --- What the class declares ---
 
     def test_declared_capabilities(self, store: Store) -> None:
-        """The store has the optional protocols the class declares (`Versioned`, `Indexed`), and does what they say."""
-        for capability, protocol in (("versions", Versioned), ("indexes", Indexed)):
+        """The store has the optional protocols the class declares (`Versioned`, `Indexed`,
+        `Expiring`), and does what they say."""
+        for capability, protocol in (("versions", Versioned), ("indexes", Indexed), ("expires", Expiring)):
             has = isinstance(store, protocol)
             declared = getattr(self, capability)
             assert has is declared, f"the store is {'' if has else 'not '}{protocol.__name__}: declare {capability} = {has}"
         store.write("t", "v\n")
         if isinstance(store, Versioned):
             assert store.version("t") is not None, "a Versioned store gives a version for a stored value"
+        if isinstance(store, Expiring):
+            store.expire_at("t", 10.0)
+            assert store.expiry("t") == 10.0 and store.expired(10.0, 5) == [("t", 10.0)], "an Expiring store keeps expiries"
         if self.shared:
             other = self.reopen(store)
             try:
@@ -575,6 +597,262 @@ class StoreTests:
     def test_async_index(self, store: Store) -> None:
         assert isinstance(store, Indexed)
         run_async(store, self._async_index)
+
+    # --- Expiries and leases (see `Expiring`) ---
+
+    @needs("expires")
+    def test_expire_at_keeps_the_later_time(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        store.write("t", "v\n")
+        store.expire_at("t", 1_700_000_000.25)
+        assert store.expiry("t") == 1_700_000_000.25
+        store.expire_at("t", 1_700_000_500.125)
+        assert store.expiry("t") == 1_700_000_500.125
+        store.expire_at("t", 1_700_000_000.0)  # earlier: kept as it was
+        assert store.expiry("t") == 1_700_000_500.125
+        exact = 1_712_345_678.123456  # a time as time.time() gives it, kept to the last bit
+        store.expire_at("t", exact)
+        assert store.expiry("t") == exact and store.read("t") == "v\n"
+
+    @needs("expires")
+    def test_set_expiry_sets_exactly_and_none_removes(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        store.expire_at("t", 500.0)
+        store.set_expiry("t", 100.5)  # earlier: set all the same
+        assert store.expiry("t") == 100.5
+        store.set_expiry("t", 200.0)
+        assert store.expiry("t") == 200.0
+        store.set_expiry("t", None)
+        assert store.expiry("t") is None and store.expired(FAR, 10) == []
+        store.set_expiry("never", None)  # nothing recorded: nothing happens
+        assert store.expiry("never") is None
+        store.expire_at("t", 50.0)  # and after a removal, any time is later
+        assert store.expiry("t") == 50.0
+
+    @needs("expires")
+    def test_expiry_of_an_unknown_key_is_none(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        assert store.expiry("unknown") is None
+        assert store.expired(FAR, 10) == []
+        store.write("t", "v\n")
+        assert store.expiry("t") is None and store.expired(FAR, 10) == []
+
+    @needs("expires")
+    def test_expired_gives_the_due_keys_earliest_first_ties_in_key_order(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        for key in INDEX_KEYS:
+            store.expire_at(key, 100.0)
+        store.expire_at("late", 300.0)
+        store.expire_at("early", 50.0)
+        store.expire_at("due now", 200.0)
+        assert store.expired(200.0, 100) == [("early", 50.0)] + [(key, 100.0) for key in sorted(INDEX_KEYS)] + [("due now", 200.0)]
+        assert store.expired(199.5, 100) == [("early", 50.0)] + [(key, 100.0) for key in sorted(INDEX_KEYS)]
+        assert store.expired(49.0, 100) == []
+        assert store.expired(1000.0, 100)[-1] == ("late", 300.0)
+
+    @needs("expires")
+    def test_expired_honours_its_limit(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        for i, key in enumerate(["d", "c", "b", "a"]):
+            store.expire_at(key, 10.0 + i % 2)
+        assert store.expired(20.0, 3) == [("b", 10.0), ("d", 10.0), ("a", 11.0)]
+        assert store.expired(20.0, 1) == [("b", 10.0)]
+        assert store.expired(20.0, 0) == []
+        assert store.expired(20.0, 3) == [("b", 10.0), ("d", 10.0), ("a", 11.0)]  # reading changed nothing
+        store.set_expiry("b", None)
+        assert store.expired(20.0, 2) == [("d", 10.0), ("a", 11.0)]
+
+    @needs("expires")
+    def test_expired_costs_what_it_finds(self, store: Store) -> None:
+        """Among 2,000 keys far from due, the 3 due ones are found with a limit of 10 (a store that
+        cut its scan short, or read its keys in a wrong order, would miss some)."""
+        assert isinstance(store, Expiring)
+        for i in range(2000):
+            store.expire_at(f"k{i:04}", FAR + i)
+        for key, when in (("due-b", 20.0), ("due-a", 30.0), ("due-c", 10.0)):
+            store.expire_at(key, when)
+        store.expire_at("k1000", 1.0)  # a key whose expiry moved: once far, now due
+        store.set_expiry("k1000", 5.0)
+        assert store.expired(100.0, 10) == [("k1000", 5.0), ("due-c", 10.0), ("due-b", 20.0), ("due-a", 30.0)]
+        assert store.expired(100.0, 2) == [("k1000", 5.0), ("due-c", 10.0)]
+        assert store.expired(FAR + 1, 10)[-2:] == [("k0000", FAR), ("k0001", FAR + 1)]
+
+    @needs("expires")
+    def test_delete_forgets_the_expiry(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        for key in ("a", "b", "c"):
+            store.write(key, "v\n")
+            store.expire_at(key, 10.0)
+        store.delete("a")
+        store.update("b", lambda old: None)  # an update that deletes the value forgets it too
+        assert store.expiry("a") is None and store.expiry("b") is None
+        assert store.expired(100.0, 10) == [("c", 10.0)]
+        store.write("a", "again\n")  # a new value of the key has no expiry of the old one's
+        assert store.expiry("a") is None
+
+    @needs("expires")
+    def test_a_key_may_have_an_expiry_and_no_value(self, store: Store) -> None:
+        """The saver may record an expiry before the first write of a key: it is kept, the key holds
+        no value, and a delete of the key forgets it all the same."""
+        assert isinstance(store, Expiring)
+        store.expire_at("later", 10.0)
+        assert store.read("later") is None and list(store.keys()) == [] and store.sorted_keys() == []
+        assert store.expiry("later") == 10.0 and store.expired(10.0, 5) == [("later", 10.0)]
+        store.write("later", "v\n")
+        assert store.expiry("later") == 10.0
+        store.delete("never")
+        store.expire_at("never", 20.0)
+        store.delete("never")
+        assert store.expiry("never") is None and store.expired(100.0, 5) == [("later", 10.0)]
+        assert not isinstance(store, SharedSpace) or store.foreign() == []
+
+    @needs("expires")
+    def test_expiries_of_any_key_round_trip(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        for i, key in enumerate(KEYS):
+            store.write(key, "v\n")
+            store.expire_at(key, 100.0 + i)
+        assert [store.expiry(key) for key in KEYS] == [100.0 + i for i in range(len(KEYS))]
+        assert store.expired(1000.0, 100) == [(key, 100.0 + i) for i, key in enumerate(KEYS)]
+        for key in KEYS:
+            store.delete(key)
+        assert store.expired(1000.0, 100) == []
+        assert not isinstance(store, SharedSpace) or store.foreign() == []
+
+    @needs("expires")
+    def test_a_lease_is_taken_refused_renewed_and_lapses(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        assert store.lease("sweep", "a", 1000.0, 10.0)  # free
+        assert not store.lease("sweep", "b", 1005.0, 10.0)  # a's until 1010
+        assert store.lease("sweep", "a", 1005.0, 10.0)  # renewed, until 1015
+        assert not store.lease("sweep", "b", 1012.0, 10.0)  # a's still (the refusal changed nothing)
+        assert not store.lease("sweep", "b", 1014.5, 10.0)
+        assert store.lease("sweep", "b", 1015.0, 10.0)  # lapsed at 1015: b's until 1025
+        assert not store.lease("sweep", "a", 1016.0, 10.0)
+        assert store.lease("other", "a", 1016.0, 10.0)  # leases are apart
+        assert not store.lease("other", "b", 1016.0, 10.0)
+        assert not store.lease("sweep", "b\n", 1016.0, 10.0) and not store.lease("sweep", "", 1016.0, 10.0)
+        assert store.lease("тред 🧵", "holder\nwith a newline", 1016.0, 10.0)
+        assert store.lease("тред 🧵", "holder\nwith a newline", 1017.0, 10.0)
+        assert not store.lease("тред 🧵", "holder", 1017.0, 10.0)
+        assert not isinstance(store, SharedSpace) or store.foreign() == []  # a lease is the store's own
+
+    @needs("expires")
+    def test_release_frees_only_the_holders_lease(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        store.release("free", "a")  # nothing held: nothing happens
+        assert store.lease("sweep", "a", 1000.0, 60.0)
+        store.release("sweep", "b")  # not b's: kept
+        assert not store.lease("sweep", "b", 1001.0, 60.0)
+        store.release("sweep", "a")
+        assert store.lease("sweep", "b", 1002.0, 60.0)
+        assert not store.lease("sweep", "a", 1003.0, 60.0)
+        store.release("sweep", "b")
+        store.release("sweep", "b")
+        assert store.lease("sweep", "a", 1004.0, 60.0)
+
+    @needs("expires")
+    def test_threads_racing_for_a_lease_one_wins(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        start = threading.Barrier(6)
+
+        def take(worker: int) -> list[int]:
+            start.wait(10)
+            return [i for i in range(20) if store.lease(f"race:{i}", f"worker {worker}", 1000.0, 60.0)]
+
+        with ThreadPoolExecutor(6) as pool:
+            won = list(pool.map(take, range(6)))
+        assert sorted(i for mine in won for i in mine) == list(range(20))
+        for worker, mine in enumerate(won):
+            for i in mine:
+                assert store.lease(f"race:{i}", f"worker {worker}", 1001.0, 60.0)
+                assert not store.lease(f"race:{i}", f"worker {(worker + 1) % 6}", 1001.0, 60.0)
+
+    @needs("expires", "shared")
+    def test_processes_racing_for_a_lease_one_wins(self, store: Store) -> None:
+        """Four processes, each with a store object of its own, try to take the same leases at once:
+        each lease has exactly one winner, which then holds it."""
+        assert isinstance(store, Expiring)
+        spawn = multiprocessing.get_context("spawn")
+        start = spawn.Barrier(4)
+        workers = [spawn.Process(target=race_for_leases, args=(self.opener(store), worker, start)) for worker in range(4)]
+        for process in workers:
+            process.start()
+        for process in workers:
+            process.join(timeout=240)
+        assert [process.exitcode for process in workers] == [0] * 4
+        lines = (store.read("shared") or "").splitlines()
+        assert sorted(line.split(":")[0] for line in lines) == ["0", "1", "2", "3"]
+        winners = {int(i): int(line.split(":")[0]) for line in lines for i in line.split(":")[1].split(",") if i}
+        assert sorted(winners) == list(range(LEASES_RACED)), "a lease won by none, or by two"
+        for i, worker in winners.items():
+            assert not store.lease(f"race:{i}", f"worker {(worker + 1) % 4}", 1001.0, 60.0)
+            assert store.lease(f"race:{i}", f"worker {worker}", 1001.0, 60.0)
+
+    @needs("expires", "shared")
+    def test_another_store_object_sees_the_expiries_and_leases(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        store.write("a", "v\n")
+        store.expire_at("a", 50.0)
+        store.expire_at("b", 40.0)
+        assert store.lease("sweep", "one", 1000.0, 60.0)
+        other = self.reopen(store)
+        assert isinstance(other, Expiring)
+        try:
+            assert other.expiry("a") == 50.0 and other.expired(60.0, 10) == [("b", 40.0), ("a", 50.0)]
+            assert not other.lease("sweep", "two", 1001.0, 60.0)
+            other.expire_at("a", 70.0)
+            other.delete("b")
+            assert store.expired(100.0, 10) == [("a", 70.0)]
+            other.release("sweep", "one")
+            assert store.lease("sweep", "two", 1002.0, 60.0)
+            assert not other.lease("sweep", "one", 1003.0, 60.0)
+        finally:
+            other.close()
+
+    async def _async_expiry(self, astore: Store) -> None:
+        assert isinstance(astore, Expiring)
+        await astore.awrite("b", "v\n")
+        await astore.aexpire_at("b", 20.0)
+        await astore.aexpire_at("b", 10.0)
+        assert await astore.aexpiry("b") == 20.0
+        await astore.aset_expiry("a", 20.0)
+        await astore.aexpire_at("c", 30.0)
+        assert await astore.aexpiry("none") is None
+        assert await astore.aexpired(25.0, 10) == [("a", 20.0), ("b", 20.0)]
+        assert await astore.aexpired(25.0, 1) == [("a", 20.0)]
+        await astore.aset_expiry("a", 5.0)
+        assert await astore.aexpired(25.0, 1) == [("a", 5.0)]
+        await astore.aset_expiry("a", None)
+        assert await astore.aexpiry("a") is None
+        await astore.adelete("b")
+        assert await astore.aexpired(100.0, 10) == [("c", 30.0)]
+        assert astore.expired(100.0, 10) == [("c", 30.0)]
+
+    @needs("expires")
+    def test_async_expiry(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        run_async(store, self._async_expiry)
+
+    async def _async_lease(self, astore: Store) -> None:
+        assert isinstance(astore, Expiring)
+        assert await astore.alease("n", "a", 100.0, 10.0)
+        assert not await astore.alease("n", "b", 105.0, 10.0)
+        assert await astore.alease("n", "a", 105.0, 10.0)  # renewed, until 115
+        assert not await astore.alease("n", "b", 114.0, 10.0)
+        assert await astore.alease("n", "b", 115.0, 10.0)  # lapsed
+        await astore.arelease("n", "a")  # not a's: kept
+        assert not await astore.alease("n", "a", 116.0, 10.0)
+        await astore.arelease("n", "b")
+        assert await astore.alease("n", "a", 116.0, 10.0)
+        assert not astore.lease("n", "b", 117.0, 10.0)
+        won = await asyncio.gather(*(astore.alease("race", f"h{i}", 0.0, 60.0) for i in range(6)))
+        assert won.count(True) == 1
+
+    @needs("expires")
+    def test_async_lease(self, store: Store) -> None:
+        assert isinstance(store, Expiring)
+        run_async(store, self._async_lease)
 
     # --- A state machine against a plain dict ---
 
