@@ -30,7 +30,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from telar_checkpoint._compat import writes_sort_key
 from telar_checkpoint.compaction import edited
 from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, UsageError
-from telar_checkpoint.format import OWN_CHECKPOINT_FIELDS, PLAIN_CHECKPOINT_KEYS, WritesLine, is_same, plain_metadata
+from telar_checkpoint.format import OWN_CHECKPOINT_FIELDS, PLAIN_CHECKPOINT_KEYS, DroppedLine, WritesLine, is_same, plain_metadata
 from telar_checkpoint.history import Entry, History
 from telar_checkpoint.rules import DeleteThread, KeepLatest, Operation, Put, Remove, Trim, apply
 from telar_checkpoint.serializer import JsonSerializer
@@ -243,6 +243,16 @@ class CheckpointCodec:
         except StoredDataError:  # a thread that cannot be read is deleted all the same
             history = History(None)
         return self.edit(stored, deletion, history=history)[0]
+
+    def with_ttl(self, thread_id: str, stored: str | None, minutes: float | None) -> str:
+        """`stored` with the thread's own time-to-live (`DroppedLine.ttl`: minutes, math.inf for
+        never, None for the saver's default); UsageError when no thread is stored."""
+        history = History.parse(thread_id, stored)
+        if not history.entries:
+            raise UsageError(f"thread {thread_id!r} is not stored, so it has no time-to-live to set")
+        copy = history.clone()
+        copy.dropped.setdefault("", DroppedLine("", None)).ttl = minutes
+        return copy.render()
 
     def keep_latest(self, stored: str | None) -> str | None:
         """`stored` with only the latest checkpoint of each namespace (and what DeltaChannel needs)."""

@@ -85,6 +85,9 @@ class DroppedLine:
     # thread, and a write for one is refused (`ThreadDeletedError`); `deleted_at` is when (ISO 8601).
     deleted_before: str | None = None
     deleted_at: str | None = None
+    # On the root namespace's record: the thread's own time-to-live in minutes, set by
+    # `TelarSaver.set_thread_ttl` (math.inf: it never expires; None: the saver's default).
+    ttl: float | None = None
 
 
 Line = CheckpointLine | WritesLine | DroppedLine
@@ -189,6 +192,8 @@ def write_dropped(line: DroppedLine) -> str:
     if line.deleted_before is not None:
         doc["deleted_before"] = line.deleted_before
         doc["deleted_at"] = line.deleted_at
+    if line.ttl is not None:
+        doc["ttl"] = None if line.ttl == math.inf else line.ttl
     return _dumps(doc)
 
 
@@ -200,7 +205,7 @@ def render(
     checkpoints not stored (yet). Join them with a newline after each to store them."""
     out = [
         write_dropped(d) for d in dropped
-        if d.floor or d.replaced or d.deleted or d.schema is not None or d.deleted_before is not None
+        if d.floor or d.replaced or d.deleted or d.schema is not None or d.deleted_before is not None or d.ttl is not None
     ]
     for line, writes in checkpoints:
         out.append(line.text or write_checkpoint(line))
@@ -336,7 +341,13 @@ def _read_dropped(f: _Fields, ns: str) -> DroppedLine:
         raise f.fail("fields 'deleted_before' and 'deleted_at' (a deleted thread's record) go together")
     if deleted_at is not None and not _is_time(deleted_at):
         raise f.fail(f"field 'deleted_at' should be a time in ISO 8601 (as 2026-12-07T01:56:42+00:00), not {deleted_at[:40]!r}")
-    return DroppedLine(ns, f.get("floor", str, optional=True), replaced, deleted, schema, deleted_before, deleted_at)
+    ttl: float | None = None
+    if "ttl" in f.doc:
+        given = f.doc["ttl"]
+        if given is not None and (type(given) not in (int, float) or not math.isfinite(given) or given <= 0):
+            raise f.fail(f"field 'ttl' (the thread's time-to-live) should be a positive number of minutes or null, not {given!r}")
+        ttl = math.inf if given is None else float(given)
+    return DroppedLine(ns, f.get("floor", str, optional=True), replaced, deleted, schema, deleted_before, deleted_at, ttl)
 
 
 def _is_time(text: str) -> bool:
@@ -362,11 +373,11 @@ ROOT_FIELDS: dict[str, frozenset[str]] = {
         {"format", "kind", "step", "source", "id", "parent", "metadata", "checkpoint", "extra", "values", "appended"}
     ),
     "writes": frozenset({"format", "kind", "checkpoint", "task", "path", "writes"}),
-    "dropped": frozenset({"format", "kind", "floor", "replaced", "deleted", "schema", "deleted_before", "deleted_at"}),
+    "dropped": frozenset({"format", "kind", "floor", "replaced", "deleted", "schema", "deleted_before", "deleted_at", "ttl"}),
 }
-# (A deleted thread is recorded on the root namespace's dropped line only.)
+# (A deleted thread and a thread's own time-to-live are recorded on the root namespace's dropped line only.)
 SUBGRAPH_FIELDS: dict[str, frozenset[str]] = {
-    kind: (fields - {"deleted_before", "deleted_at"}) | {"ns"} | ({"parents"} if kind == "checkpoint" else set())
+    kind: (fields - {"deleted_before", "deleted_at", "ttl"}) | {"ns"} | ({"parents"} if kind == "checkpoint" else set())
     for kind, fields in ROOT_FIELDS.items()
 }
 # Fields written for people and tools (jq, grep): known, and ignored on read.

@@ -223,7 +223,7 @@ class History:
         other.orphans = {k: dict(v) for k, v in self.orphans.items()} if self.orphans else {}
         other.dropped = (
             {
-                ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted), d.schema, d.deleted_before, d.deleted_at)
+                ns: DroppedLine(ns, d.floor, list(d.replaced), list(d.deleted), d.schema, d.deleted_before, d.deleted_at, d.ttl)
                 for ns, d in self.dropped.items()
             }
             if self.dropped else {}
@@ -501,6 +501,17 @@ class History:
         not newer than the deletion (`DroppedLine.deleted_before`)."""
         record = self.deletion_record if self.dropped else None
         return record is not None and cid <= record.deleted_before and (ns, cid) not in self.entries  # type: ignore[operator]  # set on a record
+
+    @property
+    def newest_id(self) -> str:
+        """The greatest checkpoint id put in this history since it was read ("" when none)."""
+        return self._max_id
+
+    @property
+    def own_ttl(self) -> float | None:
+        """The thread's own time-to-live in minutes (math.inf: never), None when it has none."""
+        root = self.dropped.get("") if self.dropped else None
+        return root.ttl if root is not None else None
 
     def max_id(self) -> str | None:
         """The greatest checkpoint id the history names: held, with writes waiting, or deleted."""

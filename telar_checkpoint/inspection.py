@@ -11,7 +11,7 @@ that does not load (a class not on the allowlist) is shown as stored.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -95,6 +95,7 @@ class ThreadListing:
     corrupt: list[CorruptThread] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)  # the records of deleted threads (`History.only_deleted`)
+    expired: list[str] = field(default_factory=list)  # threads past their time-to-live (with `expired=`), not in `threads`
 
 
 def stored_size(text: str) -> int:
@@ -141,9 +142,12 @@ def summarize_thread(thread_id: str, text: str, history: History | None = None) 
     )
 
 
-def list_threads(store: Store, *, progress: Progress | None = None) -> ThreadListing:
+def list_threads(
+    store: Store, *, progress: Progress | None = None, expired: Callable[[str], bool] | None = None
+) -> ThreadListing:
     """Every thread of `store`, sorted by id; corrupt ones, the records of deleted ones and
-    foreign entries listed apart.
+    foreign entries listed apart, and, given `expired` (a saver's `is_expired`), the threads
+    past their time-to-live.
     `progress(done, total, thread_id)`: called after each thread (telar_checkpoint/progress.py)."""
     listing = ThreadListing(foreign=store.foreign() if isinstance(store, SharedSpace) else [])
     thread_ids = sorted(store.keys())
@@ -154,6 +158,8 @@ def list_threads(store: Store, *, progress: Progress | None = None) -> ThreadLis
                 history = History.parse(thread_id, text)
                 if history.only_deleted:
                     listing.deleted.append(thread_id)
+                elif expired is not None and expired(thread_id):
+                    listing.expired.append(thread_id)
                 else:
                     listing.threads.append(summarize_thread(thread_id, text, history))
             except StoredDataError as exc:

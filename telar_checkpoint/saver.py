@@ -8,10 +8,14 @@ the pure codec, so the sync and async twins share all their logic.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
+import uuid
+import weakref
 from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -35,16 +39,27 @@ from telar_checkpoint.codec import (
     entry_filter,
     listed,
 )
-from telar_checkpoint.errors import ArgumentTypeError, SaverClosedError, SaverContextError, UsageError
+from telar_checkpoint.errors import ArgumentTypeError, SaverClosedError, SaverContextError, TelarError, UsageError
 from telar_checkpoint.format import WritesLine
 from telar_checkpoint.history import History
-from telar_checkpoint.lifetime import Clock, deletion
-from telar_checkpoint.rules import Put
+from telar_checkpoint.lifetime import (
+    RECORD_DAYS,
+    TTL,
+    Clock,
+    Lifetimes,
+    Sweeper,
+    SweepReport,
+    checkpoint_time,
+    deletion,
+    expiry_after,
+    ttl_settings,
+)
+from telar_checkpoint.rules import DeleteThread, Put
 from telar_checkpoint.schema import Schema, SchemaThreads
 from telar_checkpoint.serde_allowlist import with_msgpack_allowlist
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
-from telar_checkpoint.stores.base import Change, Store
+from telar_checkpoint.stores.base import Change, Expiring, Store
 from telar_checkpoint.stores.file import FileStore
 from telar_checkpoint.thread_index import ThreadIndex, metadata_terms
 from telar_checkpoint.values import ValueCodec
@@ -54,6 +69,10 @@ DEFAULT_DIRECTORY = ".telar-checkpoint"
 # A thread's history larger than this (characters) is parsed, and its checkpoint decoded, on a
 # worker thread by the async methods, not on the event loop (about 9 ms of parsing).
 OFF_LOOP_CHARS = 256 * 1024
+SWEEP_BATCH = 500  # expired threads a sweep asks the store for at a time
+SWEEP_PASS = 10_000  # threads one pass of the background sweep handles at most
+SWEEP_LEASE = "sweep"  # the lease that keeps two sweeps of a store from running at once
+LEASE_SECONDS = 300.0  # how long a sweep's lease lasts unless renewed (after each batch)
 Version = int | str
 
 
@@ -149,6 +168,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     `clock`: the time, in seconds since the epoch (default `time.time`); tests pass their own.
     A deleted thread stays deleted: a run that still writes to it is refused
     (`ThreadDeletedError`), and a new run starts it again (docs/USAGE.md, "A thread's lifetime").
+    `ttl`: a time-to-live, in langgraph.json's keys (``{"default_ttl": 43200}``: minutes;
+    `refresh_on_read`, `strategy` "delete" or "keep_latest", `sweep_interval_minutes`), or a
+    `lifetime.TTL`: a thread idle that long reads as deleted (or as its latest checkpoint), and
+    `sweep` reclaims its space; ``{}`` lets only threads given their own (`set_thread_ttl`) expire.
     """
 
     def __init__(
@@ -161,6 +184,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         share_database: bool = False,
         schema: Schema | None = None,
         clock: Clock | None = None,
+        ttl: TTL | Mapping[str, Any] | None = None,
     ) -> None:
         _check_arguments(store, serde, keep_finished_subgraphs, max_history, share_database=share_database, schema=schema)
         if clock is not None and not callable(clock):
@@ -176,6 +200,36 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._writer = Writer(self.store, self._index, keep_finished_subgraphs)
         self.schema = schema
         self._schema_threads = SchemaThreads(schema, self.codec) if schema is not None else None
+        self.ttl: TTL | None = None
+        self._lifetimes: Lifetimes | None = None
+        self._sweeper: Sweeper | None = None
+        if ttl is not None:
+            self._set_ttl(ttl, opened=not isinstance(store, Store))
+
+    def _set_ttl(self, ttl: TTL | Mapping[str, Any], opened: bool) -> None:
+        self.ttl = ttl if isinstance(ttl, TTL) else ttl_settings(ttl)
+        if not isinstance(self.store, Expiring):
+            if opened:
+                self.store.close()
+            raise UsageError(
+                f"ttl needs a store that keeps an expiry index (stores.base.Expiring), which this {self.store.kind} store "
+                "does not: use one of ours (files, sqlite://, postgresql://, redis://, memory://)"
+            )
+        self._lifetimes = Lifetimes(self.ttl, self.clock)
+        self._holder = uuid.uuid4().hex  # this saver's name in the sweep's lease
+        if self.ttl.sweep_interval_minutes is not None:
+            ref = weakref.ref(self)
+
+            def sweep() -> SweepReport | None:
+                saver = ref()
+                return None if saver is None else saver.sweep(limit=SWEEP_PASS)
+
+            async def asweep() -> SweepReport | None:
+                saver = ref()
+                return None if saver is None else await saver.asweep(limit=SWEEP_PASS)
+
+            self._sweeper = Sweeper(self.ttl.sweep_interval_minutes * 60, sweep, asweep)
+            self._sweeper.start_thread()
 
     @classmethod
     def from_conn_string(cls, url: str, **options: Any) -> _SaverContext:
@@ -196,13 +250,19 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._sweeper is not None:
+            self._sweeper.stop()
         self._closed()
         self.store.close()
 
     async def __aenter__(self) -> TelarSaver:
+        if self._sweeper is not None:  # an async saver sweeps in a task of its event loop
+            self._sweeper.start_task()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._sweeper is not None:
+            await self._sweeper.astop()
         self._closed()
         await self.store.aclose()
 
@@ -231,6 +291,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             self.store, max_history=self.max_history, serde=serde,
             keep_finished_subgraphs=self.codec.keep_finished_subgraphs, schema=self.schema, clock=self.clock,
         )
+        clone.ttl, clone._lifetimes = self.ttl, self._lifetimes  # (the sweep stays this saver's)
+        clone._holder = getattr(self, "_holder", "")
         clone.codec.values = ValueCodec(serde, allowlist=allowlist)
         clone._index = self._index
         clone._writer = self._writer.sharing_turns()  # one saver's writers take turns
@@ -249,6 +311,14 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return self._parsed(thread_id, version, text, version_after)
 
     def _history_steps(self, thread_id: str) -> Steps[History]:
+        """The thread's parsed history as readers see it: as stored (`_stored_history_steps`),
+        but for an expired thread (`_visible_steps`)."""
+        history = yield from self._stored_history_steps(thread_id)
+        if self._lifetimes is None:
+            return history
+        return (yield from self._visible_steps(thread_id, history))
+
+    def _stored_history_steps(self, thread_id: str) -> Steps[History]:
         """The thread's parsed history, read only when the store's version says it changed."""
         store, versioned = self.store, self._writer.versioned
         version = (yield call(versioned.version, versioned.aversion, thread_id)) if versioned is not None else None
@@ -267,7 +337,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         threads = self._schema_threads
         if threads is None or not threads.before_write(thread_id):
             return None
-        return threads.write_steps(self, thread_id, self._history_steps(thread_id))
+        return threads.write_steps(self, thread_id, self._stored_history_steps(thread_id))
 
     def _forget_schema(self, thread_id: str) -> None:
         if self._schema_threads is not None:
@@ -381,8 +451,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         with the saver's other writers: a run still writing to it is refused from then on."""
         self._index.forget(thread_id)
         self._forget_schema(thread_id)
-        deleted = deletion(self.clock())
-        yield call(self.rewrite, self.arewrite, thread_id, lambda old: self.codec.delete_thread(old, deleted))
+        now = self.clock()
+        deleted = deletion(now)
+        new = yield call(self.rewrite, self.arewrite, thread_id, lambda old: self.codec.delete_thread(old, deleted))
+        if self._lifetimes is not None and new is not None:  # the record is kept a time-to-live, then swept
+            yield from self._set_expiry_steps(thread_id, now + self._record_seconds())
 
     def _prune_steps(self, thread_ids: Sequence[str], strategy: str) -> Steps[None]:
         strategy = _check_strategy(strategy)
@@ -393,6 +466,190 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 self._index.forget(thread_id)
                 self._forget_schema(thread_id)
                 yield call(self.rewrite, self.arewrite, thread_id, self.codec.keep_latest)
+
+    # --- a thread's lifetime (see `lifetime`), written once for the sync and async methods ---
+
+    def _lifetimes_for(self, method: str) -> Lifetimes:
+        if self._lifetimes is None:
+            raise UsageError(
+                f"{method} needs a saver with a time-to-live: TelarSaver(..., ttl={{'default_ttl': 43200}}) "
+                "(minutes), or ttl={} for threads that expire only by their own"
+            )
+        return self._lifetimes
+
+    def _expiry_steps(self, thread_id: str, seconds: float | None, now: float) -> Steps[float | None]:
+        """The thread's expiry in the store (None: none): what this saver knows, when that is
+        later than `now` (the store's only grows), else the store's own."""
+        lifetimes = self._lifetimes
+        assert lifetimes is not None
+        known = lifetimes.known(thread_id, seconds)
+        if type(known) is float and known > now:
+            return known
+        store: Any = self.store  # Expiring (checked in `_set_ttl`)
+        expiry = yield call(store.expiry, store.aexpiry, thread_id)
+        lifetimes.remember(thread_id, expiry, seconds)
+        return expiry
+
+    def _is_expired_steps(self, thread_id: str, history: History, now: float) -> Steps[bool]:
+        """Whether the thread has expired at `now`: its data and the store both say so."""
+        lifetimes = self._lifetimes
+        assert lifetimes is not None
+        seconds = lifetimes.seconds(history)
+        if not history.entries or not lifetimes.idle(history, now, seconds):
+            return False
+        expiry = yield from self._expiry_steps(thread_id, seconds, now)
+        return expiry is not None and expiry <= now
+
+    def _visible_steps(self, thread_id: str, history: History) -> Steps[History]:
+        """What readers see of the thread: nothing of an expired one (or its latest checkpoint,
+        with "keep_latest"); with `refresh_on_read`, reading a live one restarts its clock."""
+        lifetimes = self._lifetimes
+        assert lifetimes is not None
+        now = self.clock()
+        if (yield from self._is_expired_steps(thread_id, history, now)):
+            return lifetimes.view(history)
+        if lifetimes.ttl.refresh_on_read and history.entries:
+            yield from self._record_steps(thread_id, history, now)
+        return history
+
+    def _record_steps(self, thread_id: str, history: History, now: float) -> Steps[None]:
+        """Record the thread's expiry after a write (or a refreshing read) at `now`, unless the
+        store holds one as late already (as far as this saver knows)."""
+        lifetimes = self._lifetimes
+        assert lifetimes is not None
+        when = lifetimes.due(thread_id, history, now)
+        if when is not None:
+            store: Any = self.store
+            yield call(store.expire_at, store.aexpire_at, thread_id, when)
+            lifetimes.remember(thread_id, when, lifetimes.seconds(history))
+
+    def _lifetime_write_steps(self, thread_id: str, change: Put | WritesLine) -> Steps[None]:
+        """A put or writes on a saver with a time-to-live: an expired thread expires first (a run
+        that continues it is then refused, as after a deletion), then the write, then the
+        thread's new expiry is recorded."""
+        now = self.clock()
+        kept = self._writer.histories.latest(thread_id)
+        history = kept.history if kept is not None else (yield from self._stored_history_steps(thread_id))
+        if (yield from self._is_expired_steps(thread_id, history, now)):
+            yield from self._expire_steps(thread_id, now, SweepReport())
+        yield call(self._writer.write, self._writer.awrite, thread_id, change)
+        kept = self._writer.histories.latest(thread_id)
+        yield from self._record_steps(thread_id, kept.history if kept is not None else history, now)
+
+    def _record_seconds(self) -> float:
+        """How long the record of a deleted thread is kept by a saver with a time-to-live: the
+        default time-to-live, else `RECORD_DAYS`."""
+        minutes = self.ttl.default_ttl if self.ttl is not None else None
+        return minutes * 60 if minutes is not None else RECORD_DAYS * 86400.0
+
+    def _set_expiry_steps(self, thread_id: str, when: float | None) -> Steps[None]:
+        store: Any = self.store
+        yield call(store.set_expiry, store.aset_expiry, thread_id, when)
+        if self._lifetimes is not None:
+            self._lifetimes.forget(thread_id)
+
+    def _fresh_clock_steps(self, thread_id: str) -> Steps[None]:
+        """A thread written whole from elsewhere (a copy, a migration, an import) or given its own
+        time-to-live: its clock starts now, whatever the age of its checkpoints."""
+        lifetimes = self._lifetimes
+        assert lifetimes is not None
+        history = yield from self._stored_history_steps(thread_id)
+        seconds = lifetimes.seconds(history)
+        yield from self._set_expiry_steps(thread_id, expiry_after(self.clock(), seconds) if seconds is not None else None)
+
+    def _expire_steps(self, thread_id: str, now: float, report: SweepReport, dry_run: bool = False) -> Steps[None]:
+        """Expire one thread whose expiry in the store has come, if its data says so too: deleted
+        (to its record) or trimmed to its latest checkpoint; a deletion record kept its time
+        removed; what was done counted in `report`. Its expiry is then set anew: the record's
+        end, none (trimmed), or the time its data gives (written since)."""
+        lifetimes = self._lifetimes
+        assert lifetimes is not None
+        keep_record = self._record_seconds()
+        outcome: list[Any] = []  # what the change did, on its last call: (kind, bytes before, bytes after, next expiry)
+
+        def change(old: str | None) -> str | None:
+            outcome.clear()
+            if old is None:
+                outcome.append(("gone", 0, 0, None))
+                return None
+            history = History.parse(thread_id, old)
+            if history.only_deleted:
+                record = history.deletion_record
+                assert record is not None and record.deleted_at is not None
+                ends = _timestamp(record.deleted_at) + keep_record
+                if ends > now:
+                    outcome.append(("record kept", 0, 0, ends))
+                    return old
+                outcome.append(("record", _bytes(old), 0, None))
+                return old if dry_run else None
+            operation = lifetimes.expired_now(history, now)
+            if operation is None:  # written since (or no longer expiring): expires when its data says
+                seconds = lifetimes.seconds(history)
+                expires = expiry_after(_made(history), seconds) if seconds is not None and history.entries else None
+                outcome.append(("fresh", 0, 0, expires))
+                return old
+            new = self.codec.edit(old, operation, history=history)[0]
+            deleted = isinstance(operation, DeleteThread)
+            outcome.append(("deleted" if deleted else "trimmed", _bytes(old), _bytes(new), now + keep_record if deleted else None))
+            return old if dry_run else new
+
+        store: Any = self.store
+        try:
+            if dry_run:
+                change((yield call(store.read, store.aread, thread_id)))
+            else:
+                yield call(self.rewrite, self.arewrite, thread_id, change)
+        except TelarError as exc:  # a thread that cannot be read is left as it is, for `repair`
+            report.failed.append((thread_id, str(exc)))
+            if not dry_run:  # tried again by the next sweep a time-to-live on, not by this one
+                yield call(store.expire_at, store.aexpire_at, thread_id, now + self._record_seconds())
+            return
+        kind, before, after, expiry = outcome[0]
+        if kind == "deleted":
+            report.deleted.append(thread_id)
+            self._index.forget(thread_id)
+            self._forget_schema(thread_id)
+        elif kind == "trimmed":
+            report.trimmed.append(thread_id)
+        elif kind == "record":
+            report.records_removed += 1
+        report.bytes_freed += before - after
+        if not dry_run:
+            yield from self._set_expiry_steps(thread_id, expiry)
+
+    def _sweep_steps(self, limit: int | None, dry_run: bool) -> Steps[SweepReport]:
+        """`sweep`, written once: under the store's sweep lease, the expired threads in batches,
+        earliest first, until none is left or `limit` were handled."""
+        self._lifetimes_for("sweep")
+        store: Any = self.store
+        report, now = SweepReport(dry_run=dry_run), self.clock()
+        if not (yield call(store.lease, store.alease, SWEEP_LEASE, self._holder, now, LEASE_SECONDS)):
+            report.skipped = True
+            return report
+        try:
+            handled = 0
+            while limit is None or handled < limit:
+                want = SWEEP_BATCH if limit is None else min(SWEEP_BATCH, limit - handled)
+                if dry_run:  # nothing moves out of the expired range: ask for all of them at once
+                    want = limit if limit is not None else 1 << 62
+                batch = yield call(store.expired, store.aexpired, now, want)
+                for thread_id, _when in batch:
+                    yield from self._expire_steps(thread_id, now, report, dry_run)
+                handled += len(batch)
+                report.examined += len(batch)
+                if dry_run or len(batch) < want:
+                    break
+                if not (yield call(store.lease, store.alease, SWEEP_LEASE, self._holder, self.clock(), LEASE_SECONDS)):
+                    break  # the lease lapsed and another sweep took it: it goes on from here
+        finally:
+            yield call(store.release, store.arelease, SWEEP_LEASE, self._holder)
+        return report
+
+    def _thread_ttl_steps(self, thread_id: str, minutes: float | None | Literal["default"]) -> Steps[None]:
+        self._lifetimes_for("set_thread_ttl")
+        own = _own_ttl(minutes)
+        yield call(self.rewrite, self.arewrite, thread_id, lambda old: self.codec.with_ttl(thread_id, old, own))
+        yield from self._fresh_clock_steps(thread_id)
 
     # --- sync API -------------------------------------------------------------------
 
@@ -412,14 +669,20 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         thread_id, change = self._put(config, checkpoint, metadata, new_versions)
         if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
             run(upgrading)
-        self._writer.write(thread_id, change)
+        if self._lifetimes is None or self._lifetimes.quiet(thread_id, self.clock()):
+            self._writer.write(thread_id, change)
+        else:
+            run(self._lifetime_write_steps(thread_id, change))
         return checkpoint_config(thread_id, change.ns, change.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, change = self._writes(config, writes, task_id, task_path)
         if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
             run(upgrading)
-        self._writer.write(thread_id, change)
+        if self._lifetimes is None or self._lifetimes.quiet(thread_id, self.clock()):
+            self._writer.write(thread_id, change)
+        else:
+            run(self._lifetime_write_steps(thread_id, change))
 
     def delete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
@@ -437,6 +700,36 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._check(self.prune, {"thread_ids": thread_ids, "strategy": strategy})
         run(self._prune_steps(thread_ids, strategy))
 
+    def sweep(self, *, limit: int | None = None, dry_run: bool = False) -> SweepReport:
+        """Reclaim the space of expired threads: delete each (to the record that keeps it
+        deleted) or, with "keep_latest", trim it to its latest checkpoint; remove the records of
+        threads deleted a time-to-live ago. At most `limit` threads (None: all that expired);
+        `dry_run`: report what would be done, change nothing. One sweep of a store runs at a
+        time, across processes: another finds it `skipped`. Its cost is in the threads that
+        expired, not in those stored (the store's expiry index)."""
+        self._check(self.sweep, {"limit": limit, "dry_run": dry_run})
+        return run(self._sweep_steps(limit, dry_run))
+
+    def is_expired(self, thread_id: str) -> bool:
+        """Whether the thread has expired: idle longer than its time-to-live, so readers no longer
+        see it (or see only its latest checkpoint, with "keep_latest") until a sweep reclaims it."""
+        self._check(self.is_expired, {"thread_id": thread_id})
+        self._lifetimes_for("is_expired")
+        thread_id = str(thread_id)
+
+        def steps() -> Steps[bool]:
+            history = yield from self._stored_history_steps(thread_id)
+            return (yield from self._is_expired_steps(thread_id, history, self.clock()))
+
+        return run(steps())
+
+    def set_thread_ttl(self, thread_id: str, minutes: float | None | Literal["default"]) -> None:
+        """Give the thread its own time-to-live, in minutes (None: it never expires; "default":
+        the saver's again), kept in the store with it, so every process sees it; its clock
+        starts now. UsageError when no thread is stored under that id."""
+        self._check(self.set_thread_ttl, {"thread_id": thread_id, "minutes": minutes})
+        run(self._thread_ttl_steps(str(thread_id), minutes))
+
     def rewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
         """Change the thread's whole stored history, `change(old) -> new` (None: no thread),
         the one way every change but a put or its writes is written (delete_for_runs, prune,
@@ -449,7 +742,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._check(self.rewrite, {"thread_id": thread_id, "change": change, "text": text})
         rewrite = RewriteThread(change, self._index.text_terms(thread_id, text))
         self._writer.write(thread_id, rewrite)
-        return rewrite.result()
+        new = rewrite.result()
+        if text is not None and new is not None and self._lifetimes is not None:
+            run(self._fresh_clock_steps(thread_id))
+        return new
 
     def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
         self._check(self.get_delta_channel_history, {"config": config, "channels": channels})
@@ -479,14 +775,20 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         thread_id, change = self._put(config, checkpoint, metadata, new_versions)
         if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
             await arun(upgrading)
-        await self._writer.awrite(thread_id, change)
+        if self._lifetimes is None or self._lifetimes.quiet(thread_id, self.clock()):
+            await self._writer.awrite(thread_id, change)
+        else:
+            await arun(self._lifetime_write_steps(thread_id, change))
         return checkpoint_config(thread_id, change.ns, change.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         thread_id, change = self._writes(config, writes, task_id, task_path)
         if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
             await arun(upgrading)
-        await self._writer.awrite(thread_id, change)
+        if self._lifetimes is None or self._lifetimes.quiet(thread_id, self.clock()):
+            await self._writer.awrite(thread_id, change)
+        else:
+            await arun(self._lifetime_write_steps(thread_id, change))
 
     async def adelete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
@@ -504,11 +806,22 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._check(self.prune, {"thread_ids": thread_ids, "strategy": strategy})
         await arun(self._prune_steps(thread_ids, strategy))
 
+    async def asweep(self, *, limit: int | None = None, dry_run: bool = False) -> SweepReport:
+        self._check(self.sweep, {"limit": limit, "dry_run": dry_run})
+        return await arun(self._sweep_steps(limit, dry_run))
+
+    async def aset_thread_ttl(self, thread_id: str, minutes: float | None | Literal["default"]) -> None:
+        self._check(self.set_thread_ttl, {"thread_id": thread_id, "minutes": minutes})
+        await arun(self._thread_ttl_steps(str(thread_id), minutes))
+
     async def arewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
         self._check(self.rewrite, {"thread_id": thread_id, "change": change, "text": text})
         rewrite = RewriteThread(change, self._index.text_terms(thread_id, text))
         await self._writer.awrite(thread_id, rewrite)
-        return rewrite.result()
+        new = rewrite.result()
+        if text is not None and new is not None and self._lifetimes is not None:
+            await arun(self._fresh_clock_steps(thread_id))
+        return new
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -555,6 +868,30 @@ def _metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str,
     return merged
 
 
+def _bytes(text: str | None) -> int:
+    return len(text.encode("utf-8", "surrogatepass")) if text else 0
+
+
+def _timestamp(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def _made(history: History) -> float:
+    """When the history's newest checkpoint was made (0 when its id tells no time)."""
+    return (checkpoint_time(history.newest_id) or 0.0) if history.newest_id else 0.0
+
+
+def _own_ttl(minutes: float | None | Literal["default"]) -> float | None:
+    """A thread's own time-to-live as `DroppedLine.ttl` holds it (math.inf: never; None: the default)."""
+    if minutes == "default":
+        return None
+    if minutes is None:
+        return math.inf
+    if type(minutes) not in (int, float) or not math.isfinite(minutes) or minutes <= 0:
+        raise UsageError(f"set_thread_ttl: minutes should be a positive number, None (never expires) or 'default', not {minutes!r}")
+    return float(minutes)
+
+
 def _check_strategy(strategy: str) -> str:
     """The strategy, with LangGraph server's spelling "delete_all" read as "delete"."""
     if strategy == "delete_all":
@@ -567,7 +904,7 @@ def _check_strategy(strategy: str) -> str:
 class _SaverContext:
     """What `TelarSaver.from_conn_string` returns: usable with `with` and `async with`."""
 
-    _SAVER_OPTIONS = ("max_history", "serde", "keep_finished_subgraphs")
+    _SAVER_OPTIONS = ("max_history", "serde", "keep_finished_subgraphs", "clock", "ttl")
 
     def __init__(self, cls: type[TelarSaver], url: str, options: dict[str, Any]) -> None:
         self.cls, self.url = cls, url
@@ -591,7 +928,7 @@ class _SaverContext:
             self.saver.__exit__()
 
     async def __aenter__(self) -> TelarSaver:
-        return self._open()
+        return await self._open().__aenter__()
 
     async def __aexit__(self, *exc: object) -> None:
         if self.saver is not None:

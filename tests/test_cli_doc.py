@@ -88,8 +88,8 @@ def test_json_and_progress_are_where_the_page_says(commands) -> None:
     takes = {flag: sorted(n for n, c in commands.items() if any(flag in p.opts for p in c.params)) for flag in ("--json", "--progress")}
     without_json = sorted(set(commands) - set(takes["--json"]))
     assert f"Every command but {' and '.join(f'`{n}`' for n in without_json)} takes `--json`." in text
-    progress = [f"`{n}`" for n in ("threads", "verify", "trim", "upgrade", "migrate", "schema")]
-    assert takes["--progress"] == sorted(["threads", "verify", "trim", "upgrade", "migrate", "schema"])
+    progress = [f"`{n}`" for n in ("threads", "verify", "trim", "upgrade", "expire", "migrate", "schema")]
+    assert takes["--progress"] == sorted(["threads", "verify", "trim", "upgrade", "expire", "migrate", "schema"])
     assert f"{', '.join(progress[:-1])} and {progress[-1]} take `--progress`." in text
 
 

@@ -50,11 +50,12 @@ def writes(ns: str = "") -> str:
 
 def dropped(ns: str = "", *, deleted: bool = False) -> str:
     """A dropped line; `deleted`: with every field its namespace may hold (a deleted thread's
-    record on the root)."""
+    record and the thread's own time-to-live on the root)."""
     whole = deleted and not ns
     return write_dropped(DroppedLine(
         ns, "00000001", ["00000000"], ["00000003"] if deleted else [], 2 if deleted else None,
         "1f1f1e17-2c5a-6013-bfff-ffffffffffff" if whole else None, "2026-12-07T01:56:42+00:00" if whole else None,
+        60.0 if whole else None,
     ))
 
 

@@ -148,7 +148,7 @@ def _valid(tmp_path: Path) -> dict[str, Any]:
         "text": "x\n", "filter": None, "before": None, "limit": None, "current": 1, "strategy": "keep_latest",
         "extra_allowlist": [], "url": "memory://", "directory": tmp_path / "dir", "path": tmp_path / "x.db",
         "conninfo": "postgresql://127.0.0.1:5432/test", "serde": None, "dry_run": True, "progress": None,
-        "backup": None, "raw": False, "replace": False, "channel": None,
+        "backup": None, "raw": False, "replace": False, "channel": None, "minutes": 60,
     }
 
 

@@ -169,7 +169,10 @@ def build_app(version: str) -> click.Group:
                              callback=_print_version(version), help="print the version and exit")],
     )
     _command(app, "threads", "list the threads: checkpoints, latest step, last update, size",
-            "telar-checkpoint threads ./.telar-checkpoint", look.cmd_threads, progress=True)
+            "telar-checkpoint threads ./.telar-checkpoint", look.cmd_threads,
+            [_ttl_option("hide the threads idle longer than MINUTES"),
+             click.Option(["--expired"], is_flag=True, help="list only the threads that expired (with a time-to-live)")],
+            progress=True)
     _command(app, "history", "list a thread's checkpoints, oldest first",
             "telar-checkpoint history ./.telar-checkpoint my-thread --ns ''", look.cmd_history,
             [_thread(), _ns("only this namespace ('' for the root graph, NODE for NODE:<task> subgraphs; default: all)")])
@@ -202,6 +205,13 @@ def build_app(version: str) -> click.Group:
             "telar-checkpoint reindex ./.telar-checkpoint", manage.cmd_reindex)
     _command(app, "delete", "delete a thread and all its checkpoints",
             "telar-checkpoint delete ./.telar-checkpoint my-thread --yes", manage.cmd_delete, [_thread(), _yes()])
+    _command(app, "expire", "delete (or trim to their latest checkpoint) the threads idle longer than a time-to-live",
+            "telar-checkpoint expire sqlite:///checkpoints.db --ttl 43200 --dry-run", manage.cmd_expire,
+            [_ttl_option("how long a thread may be idle"),
+             click.Option(["--strategy"], metavar="STRATEGY", type=click.Choice(["delete", "keep_latest"]), default=None,
+                          help="delete (the default: an expired thread becomes its deletion record) or keep_latest"),
+             click.Option(["--dry-run"], is_flag=True, help="report what would expire, change nothing")],
+            progress=True)
     _command(app, "repair", "keep every line of a damaged thread that reads; drop the rest (the original is kept)",
             "telar-checkpoint repair ./.telar-checkpoint my-thread", manage.cmd_repair,
             [_thread(), click.Option(["--backup"], metavar="FILE", help="where to keep the original text (default: "
@@ -243,6 +253,11 @@ def build_app(version: str) -> click.Group:
                           "(THREAD.vN.jsonl) before changing it")],
             url=False, progress=True, cls=_ActionCommand)
     return app
+
+
+def _ttl_option(text: str) -> click.Option:
+    return click.Option(["--ttl"], metavar="MINUTES", type=click.FloatRange(min=0, min_open=True), default=None,
+                        help=f"{text} (default: default_ttl of $TELAR_CHECKPOINT_TTL, when set)")
 
 
 def _schema_option(text: str, *, required: bool = False) -> click.Option:

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import types
 from collections.abc import Iterator
+from typing import Any
 
 from telar_checkpoint.cli._exits import EXIT_FAILED
 from telar_checkpoint.cli._output import ProgressBar, compact, plural, styled, table, to_json, when
-from telar_checkpoint.errors import ForeignStoreError, NoStoreError, StoreError
+from telar_checkpoint.errors import ForeignStoreError, NoStoreError, StoreError, UsageError
 from telar_checkpoint.inspection import (
+    ThreadListing,
     diff_checkpoints,
     list_threads,
     read_thread,
     show_checkpoint,
+    summarize_thread,
     thread_history,
 )
+from telar_checkpoint.lifetime import TTL, ttl_settings
+from telar_checkpoint.saver import TelarSaver
+from telar_checkpoint.server import ttl_from_environment
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.memory import MemoryStore
 from telar_checkpoint.stores.opening import open_existing, open_target
@@ -57,11 +64,17 @@ def dry_target(url: str) -> Iterator[Store]:
 
 def cmd_threads(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
+        ttl = threads_ttl(args)
+        expired = TelarSaver(store, ttl=ttl).is_expired if ttl is not None else None
         bar = ProgressBar("reading threads", args.progress)
         try:
-            listing = list_threads(store, progress=bar)
+            listing = list_threads(store, progress=bar, expired=expired)
         finally:
             bar.close()
+        if args.expired:  # the expired threads in the table, and nothing else
+            if expired is None:
+                raise UsageError("--expired needs a time-to-live: --ttl MINUTES, or $TELAR_CHECKPOINT_TTL")
+            listing = ThreadListing(threads=[summarize_thread(t, text) for t in listing.expired if (text := store.read(t))])
     if args.json:
         print(to_json(listing))
         return 0
@@ -80,11 +93,22 @@ def cmd_threads(args: types.SimpleNamespace) -> int:
             print(f"  {bad.thread_id}: {bad.error}")
     if listing.deleted:
         print(f"\n{plural(len(listing.deleted), 'deleted thread')} recorded, so a run still writing to one is refused")
+    if listing.expired:
+        print(f"\n{plural(len(listing.expired), 'expired thread')} not shown (idle longer than the time-to-live): "
+              "--expired lists them, `telar-checkpoint expire` reclaims their space")
     if listing.foreign:
         print(f"\nForeign entries ({len(listing.foreign)}; not histories of ours, never touched):")
         for name in listing.foreign:
             print(f"  {name}")
     return 0
+
+
+def threads_ttl(args: types.SimpleNamespace) -> TTL | None:
+    """The time-to-live `threads` hides expired threads by: --ttl, else $TELAR_CHECKPOINT_TTL (none: all shown)."""
+    settings: dict[str, Any] | None = {"default_ttl": args.ttl} if args.ttl is not None else ttl_from_environment()
+    if not settings:
+        return None
+    return dataclasses.replace(ttl_settings(settings), sweep_interval_minutes=None, refresh_on_read=False)
 
 
 def cmd_history(args: types.SimpleNamespace) -> int:

@@ -1,10 +1,12 @@
-"""The commands that change or create: trim, upgrade, reindex, delete, repair, demo."""
+"""The commands that change or create: trim, upgrade, reindex, delete, expire, repair, demo."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import types
 from dataclasses import dataclass
+from typing import Any
 
 from telar_checkpoint.cli._commands import opened
 from telar_checkpoint.cli._exits import EXIT_CORRUPT, EXIT_FAILED
@@ -13,7 +15,9 @@ from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import StoredDataError, UsageError
 from telar_checkpoint.history import History
 from telar_checkpoint.inspection import read_thread, stored_size
+from telar_checkpoint.lifetime import TTL, SweepReport, ttl_settings
 from telar_checkpoint.saver import TelarSaver
+from telar_checkpoint.server import TTL_VARIABLE, ttl_from_environment
 from telar_checkpoint.stores.base import Indexed, Store
 
 
@@ -142,6 +146,58 @@ def cmd_delete(args: types.SimpleNamespace) -> int:
     else:
         print(f"deleted thread {args.thread!r} ({what})")
     return 0
+
+
+EXPIRE_PART = 100  # threads `expire` handles between two updates of its progress bar
+
+
+def expire_ttl(args: types.SimpleNamespace) -> TTL:
+    """The time-to-live `expire` applies: --ttl and --strategy, else $TELAR_CHECKPOINT_TTL (the
+    JSON of langgraph.json's `checkpointer.ttl`), without a background sweep."""
+    if args.ttl is not None:
+        settings: dict[str, Any] = {"default_ttl": args.ttl, "strategy": args.strategy or "delete"}
+    else:
+        settings = ttl_from_environment() or {}
+        if not settings.get("default_ttl"):
+            raise UsageError(f"expire needs a time-to-live: --ttl MINUTES, or ${TTL_VARIABLE} as JSON ('{{\"default_ttl\": 43200}}')")
+        if args.strategy:
+            settings["strategy"] = args.strategy
+    return dataclasses.replace(ttl_settings(settings), sweep_interval_minutes=None)
+
+
+def cmd_expire(args: types.SimpleNamespace) -> int:
+    ttl = expire_ttl(args)
+    with opened(args.url) as store:
+        saver = TelarSaver(store, ttl=ttl)
+        if args.dry_run:
+            report = saver.sweep(dry_run=True)
+        else:
+            expiring: Any = store
+            total = len(expiring.expired(saver.clock(), 1 << 62))
+            bar = ProgressBar("expiring threads", args.progress)
+            report = SweepReport()
+            try:
+                while True:
+                    part = saver.sweep(limit=EXPIRE_PART)
+                    report.add(part)
+                    bar(min(report.examined, total), total)
+                    if part.skipped or part.examined < EXPIRE_PART:
+                        break
+            finally:
+                bar.close()
+    if args.json:
+        print(to_json(report.as_json()))
+    else:
+        would = "would be " if args.dry_run else ""
+        print(f"{plural(len(report.deleted), 'expired thread')} {would}deleted, {len(report.trimmed)} {would}trimmed to "
+              f"their latest checkpoint, {plural(report.records_removed, 'deletion record')} {would}removed: "
+              f"{report.bytes_freed} bytes {'to free' if args.dry_run else 'freed'}")
+    for thread_id, error in report.failed:
+        print(f"skipped thread {thread_id!r}: {error}", file=sys.stderr)
+    if report.skipped:
+        print("another sweep of this store is running (it holds the sweep lease); nothing was done", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_CORRUPT if report.failed else 0
 
 
 def cmd_demo(args: types.SimpleNamespace) -> int:

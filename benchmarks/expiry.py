@@ -1,0 +1,117 @@
+"""What a time-to-live costs: a put with one against a put without, and a sweep's time against
+the number of threads stored.
+
+    python -m benchmarks.expiry puts --runs 3     # µs per put, with and without ttl=, alternating processes
+    python -m benchmarks.expiry sweep             # 10,000 expired threads among 10,000 and among 100,000
+
+`puts`: each saver puts 2,000 checkpoints of a 10-message chat on one thread (the micro
+workload of `put_floor`), alone in a process of its own, the two in turn; the table gives each
+process's median put. `sweep`: a store holding N threads, 10,000 of them idle past the
+time-to-live, swept once; its time should depend on the 10,000, not on N (the store's expiry
+index), so the two times are within 1.5x of each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from benchmarks.checkpoints import Chain, sample_messages
+from benchmarks.workloads import timed
+from telar_checkpoint import TelarSaver
+from telar_checkpoint.stores.url import open_store
+
+TTL = {"default_ttl": 43200}
+
+
+def store_for(kind: str, where: str) -> Any:
+    return open_store({"memory": "memory://", "file": where, "sqlite": f"sqlite:///{where}/c.db"}[kind])
+
+
+def median_put(kind: str, with_ttl: bool, puts: int) -> float:
+    with tempfile.TemporaryDirectory() as where:
+        saver = TelarSaver(store_for(kind, where), ttl=TTL if with_ttl else None)
+        chat = sample_messages(10)
+        chain = Chain(saver, "expiry")
+        for step in range(3):
+            chain.put({"messages": chat, "step": step})
+        times = []
+        for step in range(puts):
+            config, checkpoint, metadata, versions = chain.next({"messages": chat, "step": step})
+            stored, seconds = timed(lambda: saver.put(config, checkpoint, metadata, versions))
+            times.append(seconds * 1e6)
+            chain.done(stored, versions)
+        saver.store.close()
+        return statistics.median(times)
+
+
+def one_thread(saver: TelarSaver, thread_id: str) -> None:
+    chain = Chain(saver, thread_id)
+    chain.put({"messages": sample_messages(2), "step": 0})
+
+
+def sweep_time(kind: str, stored: int, expired: int) -> dict[str, Any]:
+    """Seconds to sweep `expired` idle threads out of `stored` (the rest written an hour before the sweep)."""
+    import langgraph.checkpoint.base.id as ids
+
+    with tempfile.TemporaryDirectory() as where:
+        store = store_for(kind, where)
+        real = time.time()
+        offset = [0.0]
+        clock = lambda: real + offset[0]  # noqa: E731
+        ids.time = type("T", (), {"time_ns": staticmethod(lambda: int(clock() * 1e9))})  # type: ignore[assignment]  # ids follow the clock
+        saver = TelarSaver(store, ttl=TTL, clock=clock)
+        for i in range(expired):
+            one_thread(saver, f"old-{i:06}")
+        offset[0] += 43200 * 60 - 3600
+        for i in range(stored - expired):
+            one_thread(saver, f"new-{i:06}")
+        offset[0] += 3601
+        started = time.perf_counter()
+        report = saver.sweep()
+        seconds = time.perf_counter() - started
+        assert len(report.deleted) == expired, (len(report.deleted), expired)
+        store.close()
+        return {"stored": stored, "expired": expired, "seconds": seconds, "bytes_freed": report.bytes_freed}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["puts", "sweep"])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--puts", type=int, default=2000)
+    parser.add_argument("--kind", default="memory", choices=["memory", "file", "sqlite"])
+    parser.add_argument("--expired", type=int, default=10_000)
+    parser.add_argument("--stored", type=int, nargs="*", default=[10_000, 100_000])
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # "kind,ttl": one process's median, as JSON
+    args = parser.parse_args(argv)
+    if args.one:
+        kind, with_ttl = args.one.split(",")
+        print(json.dumps(median_put(kind, with_ttl == "ttl", args.puts)))
+        return
+    if args.what == "sweep":
+        print("| store | threads stored | expired | sweep s | per expired thread µs |")
+        print("|---|---|---|---|---|")
+        for stored in args.stored:
+            found = sweep_time(args.kind, stored, args.expired)
+            print(f"| {args.kind} | {stored:,} | {args.expired:,} | {found['seconds']:.2f} | "
+                  f"{found['seconds'] / args.expired * 1e6:.0f} |", flush=True)
+        return
+    print("| store | run | without ttl µs | with ttl µs | with / without |")
+    print("|---|---|---|---|---|")
+    for run in range(1, args.runs + 1):
+        found = {}
+        for variant in ("none", "ttl"):  # one process each, in turn
+            command = [sys.executable, "-m", "benchmarks.expiry", "puts", "--one", f"{args.kind},{variant}", "--puts", str(args.puts)]
+            found[variant] = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+        print(f"| {args.kind} | {run} | {found['none']:.1f} | {found['ttl']:.1f} | {found['ttl'] / found['none']:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
