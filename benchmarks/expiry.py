@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from typing import Any
 
 from benchmarks.checkpoints import Chain, sample_messages
@@ -28,10 +29,38 @@ from telar_checkpoint import TelarSaver
 from telar_checkpoint.stores.url import open_store
 
 TTL = {"default_ttl": 43200}
+POSTGRES = "postgresql://127.0.0.1:5432/test"
+REDIS = "redis://127.0.0.1:6379/0"
 
 
 def store_for(kind: str, where: str) -> Any:
+    """A new, empty store of `kind` (a server's in a schema or prefix of its own, `cleanup` removes it)."""
+    tag = f"telar_bench_{uuid.uuid4().hex[:12]}"
+    if kind == "postgres":
+        from telar_checkpoint.stores.postgres import PostgresStore
+
+        return PostgresStore(POSTGRES, schema=tag)
+    if kind == "redis":
+        from telar_checkpoint.stores.redis import RedisStore
+
+        return RedisStore(REDIS, prefix=f"{tag}:")
     return open_store({"memory": "memory://", "file": where, "sqlite": f"sqlite:///{where}/c.db"}[kind])
+
+
+def cleanup(store: Any) -> None:
+    """Remove what a server's store holds (its schema, its keys)."""
+    if store.kind == "postgres":
+        import psycopg
+
+        with psycopg.connect(POSTGRES, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{store.schema}" CASCADE')
+    elif store.kind == "redis":
+        import redis
+
+        client = redis.Redis.from_url(REDIS)
+        for key in client.scan_iter(match=f"{store.prefix}*", count=10_000):
+            client.delete(key)
+    store.close()
 
 
 def median_put(kind: str, with_ttl: bool, puts: int) -> float:
@@ -47,7 +76,7 @@ def median_put(kind: str, with_ttl: bool, puts: int) -> float:
             stored, seconds = timed(lambda: saver.put(config, checkpoint, metadata, versions))
             times.append(seconds * 1e6)
             chain.done(stored, versions)
-        saver.store.close()
+        cleanup(saver.store)
         return statistics.median(times)
 
 
@@ -57,7 +86,7 @@ def one_thread(saver: TelarSaver, thread_id: str) -> None:
 
 
 def sweep_time(kind: str, stored: int, expired: int) -> dict[str, Any]:
-    """Seconds to sweep `expired` idle threads out of `stored` (the rest written an hour before the sweep)."""
+    """Seconds to sweep `expired` idle threads out of `stored` (the rest written half a time-to-live later)."""
     import langgraph.checkpoint.base.id as ids
 
     with tempfile.TemporaryDirectory() as where:
@@ -69,15 +98,15 @@ def sweep_time(kind: str, stored: int, expired: int) -> dict[str, Any]:
         saver = TelarSaver(store, ttl=TTL, clock=clock)
         for i in range(expired):
             one_thread(saver, f"old-{i:06}")
-        offset[0] += 43200 * 60 - 3600
+        offset[0] += 15 * 86400  # the others, half a time-to-live later
         for i in range(stored - expired):
             one_thread(saver, f"new-{i:06}")
-        offset[0] += 3601
+        offset[0] += 15 * 86400 + 2 * 3600  # past the first ones' expiry (recorded to the hour: its grain)
         started = time.perf_counter()
         report = saver.sweep()
         seconds = time.perf_counter() - started
         assert len(report.deleted) == expired, (len(report.deleted), expired)
-        store.close()
+        cleanup(store)
         return {"stored": stored, "expired": expired, "seconds": seconds, "bytes_freed": report.bytes_freed}
 
 
@@ -86,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("what", choices=["puts", "sweep"])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--puts", type=int, default=2000)
-    parser.add_argument("--kind", default="memory", choices=["memory", "file", "sqlite"])
+    parser.add_argument("--kind", default="memory", choices=["memory", "file", "sqlite", "postgres", "redis"])
     parser.add_argument("--expired", type=int, default=10_000)
     parser.add_argument("--stored", type=int, nargs="*", default=[10_000, 100_000])
     parser.add_argument("--one", help=argparse.SUPPRESS)  # "kind,ttl": one process's median, as JSON

@@ -483,8 +483,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         lifetimes = self._lifetimes
         assert lifetimes is not None
         known = lifetimes.known(thread_id, seconds)
-        if type(known) is float and known > now:
-            return known
+        if known is not False and known is not None and known > now:
+            return float(known)
         store: Any = self.store  # Expiring (checked in `_set_ttl`)
         expiry = yield call(store.expiry, store.aexpiry, thread_id)
         lifetimes.remember(thread_id, expiry, seconds)
