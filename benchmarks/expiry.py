@@ -1,12 +1,13 @@
 """What a time-to-live costs: a put with one against a put without, and a sweep's time against
 the number of threads stored.
 
-    python -m benchmarks.expiry puts --runs 3     # µs per put, with and without ttl=, alternating processes
+    python -m benchmarks.expiry puts --runs 3     # µs per put, with and without ttl=, in turn
     python -m benchmarks.expiry sweep             # 10,000 expired threads among 10,000 and among 100,000
 
 `puts`: each saver puts 2,000 checkpoints of a 10-message chat on one thread (the micro
-workload of `put_floor`), alone in a process of its own, the two in turn; the table gives each
-process's median put. `sweep`: a store holding N threads, 10,000 of them idle past the
+workload of `put_floor`); a run is a process of its own in which the two savers take turns, a
+round each (`--rounds`); the table gives each round's median put and the run's median.
+`sweep`: a store holding N threads, 10,000 of them idle past the
 time-to-live, swept once; its time should depend on the 10,000, not on N (the store's expiry
 index), so the two times are within 1.5x of each other.
 """
@@ -24,7 +25,7 @@ import uuid
 from typing import Any
 
 from benchmarks.checkpoints import Chain, sample_messages
-from benchmarks.workloads import timed
+from benchmarks.put_floor import median_put_on
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.stores.url import open_store
 
@@ -66,18 +67,10 @@ def cleanup(store: Any) -> None:
 def median_put(kind: str, with_ttl: bool, puts: int) -> float:
     with tempfile.TemporaryDirectory() as where:
         saver = TelarSaver(store_for(kind, where), ttl=TTL if with_ttl else None)
-        chat = sample_messages(10)
-        chain = Chain(saver, "expiry")
-        for step in range(3):
-            chain.put({"messages": chat, "step": step})
-        times = []
-        for step in range(puts):
-            config, checkpoint, metadata, versions = chain.next({"messages": chat, "step": step})
-            stored, seconds = timed(lambda: saver.put(config, checkpoint, metadata, versions))
-            times.append(seconds * 1e6)
-            chain.done(stored, versions)
-        cleanup(saver.store)
-        return statistics.median(times)
+        try:
+            return median_put_on(saver, 10, puts)
+        finally:
+            cleanup(saver.store)
 
 
 def one_thread(saver: TelarSaver, thread_id: str) -> None:
@@ -118,11 +111,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kind", default="memory", choices=["memory", "file", "sqlite", "postgres", "redis"])
     parser.add_argument("--expired", type=int, default=10_000)
     parser.add_argument("--stored", type=int, nargs="*", default=[10_000, 100_000])
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # "kind,ttl": one process's median, as JSON
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of a run: each saver in turn (default 6)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a store kind: one run's rounds, as JSON
     args = parser.parse_args(argv)
-    if args.one:
-        kind, with_ttl = args.one.split(",")
-        print(json.dumps(median_put(kind, with_ttl == "ttl", args.puts)))
+    if args.one:  # one process: the two savers in turn, a round each, so both see the same machine
+        print(json.dumps([(median_put(args.one, False, args.puts), median_put(args.one, True, args.puts)) for _ in range(args.rounds)]))
         return
     if args.what == "sweep":
         print("| store | threads stored | expired | sweep s | per expired thread µs |")
@@ -132,15 +125,16 @@ def main(argv: list[str] | None = None) -> None:
             print(f"| {args.kind} | {stored:,} | {args.expired:,} | {found['seconds']:.2f} | "
                   f"{found['seconds'] / args.expired * 1e6:.0f} |", flush=True)
         return
-    print("| store | run | without ttl µs | with ttl µs | with / without |")
-    print("|---|---|---|---|---|")
+    print("| store | run | round | without ttl µs | with ttl µs | with / without |")
+    print("|---|---|---|---|---|---|")
     for run in range(1, args.runs + 1):
-        found = {}
-        for variant in ("none", "ttl"):  # one process each, in turn
-            command = [sys.executable, "-m", "benchmarks.expiry", "puts", "--one", f"{args.kind},{variant}", "--puts", str(args.puts)]
-            found[variant] = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
-        print(f"| {args.kind} | {run} | {found['none']:.1f} | {found['ttl']:.1f} | {found['ttl'] / found['none']:.3f} |", flush=True)
-
+        command = [sys.executable, "-m", "benchmarks.expiry", "puts", "--one", args.kind, "--puts", str(args.puts),
+                   "--rounds", str(args.rounds)]
+        rounds = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+        for number, (without, with_ttl) in enumerate(rounds, 1):
+            print(f"| {args.kind} | {run} | {number} | {without:.1f} | {with_ttl:.1f} | {with_ttl / without:.3f} |")
+        middle = [statistics.median(side) for side in zip(*rounds)]
+        print(f"| {args.kind} | {run} | median | {middle[0]:.1f} | {middle[1]:.1f} | {middle[1] / middle[0]:.3f} |", flush=True)
 
 if __name__ == "__main__":
     main()
