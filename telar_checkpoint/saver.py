@@ -634,7 +634,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                     want = limit if limit is not None else 1 << 62
                 batch = yield call(store.expired, store.aexpired, now, want)
                 for thread_id, _when in batch:
-                    yield from self._expire_steps(thread_id, now, report, dry_run)
+                    expiry = yield call(store.expiry, store.aexpiry, thread_id)  # (a write since may have moved it on)
+                    if expiry is not None and expiry <= now:
+                        yield from self._expire_steps(thread_id, now, report, dry_run)
                 handled += len(batch)
                 report.examined += len(batch)
                 if dry_run or len(batch) < want:
