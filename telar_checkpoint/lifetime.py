@@ -138,7 +138,8 @@ class Lifetimes:
 
     def __init__(self, ttl: TTL, clock: Clock) -> None:
         self.ttl, self.clock = ttl, clock
-        self._memo: OrderedDict[str, tuple[float | None, float | None]] = OrderedDict()  # thread -> (expiry, ttl seconds)
+        # thread -> (expiry, ttl seconds, the last time a write leaves that expiry enough: `quiet`)
+        self._memo: OrderedDict[str, tuple[float | None, float | None, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def seconds(self, history: History) -> float | None:
@@ -165,7 +166,8 @@ class Lifetimes:
 
     def remember(self, thread_id: str, expiry: float | None, seconds: float | None) -> None:
         with self._lock:
-            self._memo[thread_id] = (expiry, seconds)
+            quiet_until = expiry - seconds if expiry is not None and seconds is not None else -math.inf
+            self._memo[thread_id] = (expiry, seconds, quiet_until)
             self._memo.move_to_end(thread_id)
             while len(self._memo) > MEMO_THREADS:
                 self._memo.popitem(last=False)
@@ -176,10 +178,10 @@ class Lifetimes:
 
     def quiet(self, thread_id: str, now: float) -> bool:
         """Whether a write of the thread at `now` has nothing to do for its lifetime: this saver
-        recorded an expiry for it that is still later than the one the write would record (so
-        within the same grain: the thread is live, and the store holds that expiry already)."""
+        recorded (or read) an expiry for it at least a time-to-live after `now`, so the thread
+        is live and the store keeps it that long already."""
         memo = self._memo.get(thread_id)
-        return memo is not None and memo[1] is not None and memo[0] is not None and memo[0] >= expiry_after(now, memo[1])
+        return memo is not None and now <= memo[2]
 
     def due(self, thread_id: str, history: History, now: float) -> float | None:
         """The expiry to record after a write (or a refreshing read) of the thread at `now`, or
