@@ -6,7 +6,8 @@ stdin, so a kill costs a fork, not an interpreter start. A writer opens the
 store that `tests.stores.describe` described and writes one thread, either
 by running a real graph (`graph` mode) or with raw ``put``/``put_writes``
 calls carrying values of random size, some of megabytes, of mixed ASCII and
-multi-byte text (`raw` mode) or of ASCII only (`raw-ascii`). After
+multi-byte text (`raw` mode) or of ASCII only (`raw-ascii`); or it sweeps the
+store's expired threads (`sweep` mode, tests/test_crash_sweep.py). After
 each call returns it prints one JSON event to stdout (a single ``os.write``
 shorter than ``PIPE_BUF``, so events never tear). The test (`CrashRun`) kills
 the writer with SIGKILL after a random number of events and a random delay,
@@ -137,10 +138,35 @@ def _raw_writer(saver: Any, thread: str, rng: random.Random, ascii_only: bool = 
         parent, n = checkpoint["id"], n + 1
 
 
+def _sweeper(store: Any, command: dict[str, Any]) -> None:
+    """`sweep` mode (tests/test_crash_sweep.py): one sweep of the store under `command["ttl"]`, its
+    clock standing still at `command["now"]`, printing each thread it rewrote once the rewrite
+    returned, then "swept"; then it waits to be killed (so every life ends in a kill)."""
+    from telar_checkpoint import TelarSaver
+
+    class AckingSweeper(TelarSaver):
+        def rewrite(self, thread_id: str, change: Any, *, text: str | None = None) -> str | None:
+            new = super().rewrite(thread_id, change, text=text)
+            _emit(e="rewritten", thread=thread_id)
+            return new
+
+    now = float(command["now"])
+    saver = AckingSweeper(store, ttl=command["ttl"], clock=lambda: now)
+    _emit(e="sweeping")
+    report = saver.sweep()
+    failed = [f"{thread}: {error}"[:300] for thread, error in report.failed[:3]]
+    _emit(e="swept", deleted=len(report.deleted), trimmed=len(report.trimmed), skipped=report.skipped, failed=failed)
+    while True:
+        time.sleep(60)
+
+
 def _write(command: dict[str, Any]) -> None:
     from tests.stores import reopen
 
     store = reopen((command["store"][0], command["store"][1]))
+    if command["mode"] == "sweep":
+        _sweeper(store, command)
+        return
     saver = _acking_saver(store)
     rng = random.Random(command["seed"])
     if command["mode"] == "graph":
