@@ -310,16 +310,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             return await asyncio.to_thread(self._parsed, thread_id, version, text, version_after)
         return self._parsed(thread_id, version, text, version_after)
 
-    def _history_steps(self, thread_id: str) -> Steps[History]:
-        """The thread's parsed history as readers see it: as stored (`_stored_history_steps`),
-        but for an expired thread (`_visible_steps`)."""
-        history = yield from self._stored_history_steps(thread_id)
-        if self._lifetimes is None:
-            return history
-        return (yield from self._visible_steps(thread_id, history))
-
-    def _stored_history_steps(self, thread_id: str) -> Steps[History]:
-        """The thread's parsed history, read only when the store's version says it changed."""
+    def _history_steps(self, thread_id: str, *, as_read: bool = True) -> Steps[History]:
+        """The thread's parsed history, read only when the store's version says it changed; as
+        readers see it (`as_read`: an expired thread through `_visible_steps`), else as stored."""
         store, versioned = self.store, self._writer.versioned
         version = (yield call(versioned.version, versioned.aversion, thread_id)) if versioned is not None else None
         history = self._writer.histories.get(thread_id, version)
@@ -329,7 +322,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             if versioned is not None and version is not None:
                 version_after = yield call(versioned.version, versioned.aversion, thread_id)
             history = yield call(self._parsed, self._aparsed, thread_id, version, text, version_after)
-        return history if self._schema_threads is None else self._schema_threads.read(thread_id, history)
+        if self._schema_threads is not None:
+            history = self._schema_threads.read(thread_id, history)
+        if as_read and self._lifetimes is not None:
+            history = yield from self._visible_steps(thread_id, history)
+        return history
 
     def _schema_first_write(self, thread_id: str) -> Steps[None] | None:
         """With a schema, before this saver's first write of a thread: the steps that bring it to
@@ -337,7 +334,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         threads = self._schema_threads
         if threads is None or not threads.before_write(thread_id):
             return None
-        return threads.write_steps(self, thread_id, self._stored_history_steps(thread_id))
+        return threads.write_steps(self, thread_id, self._history_steps(thread_id, as_read=False))
 
     def _forget_schema(self, thread_id: str) -> None:
         if self._schema_threads is not None:
@@ -529,7 +526,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         thread's new expiry is recorded."""
         now = self.clock()
         kept = self._writer.histories.latest(thread_id)
-        history = kept.history if kept is not None else (yield from self._stored_history_steps(thread_id))
+        history = kept.history if kept is not None else (yield from self._history_steps(thread_id, as_read=False))
         if (yield from self._is_expired_steps(thread_id, history, now)):
             yield from self._expire_steps(thread_id, now, SweepReport())
         yield call(self._writer.write, self._writer.awrite, thread_id, change)
@@ -553,7 +550,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         time-to-live: its clock starts now, whatever the age of its checkpoints."""
         lifetimes = self._lifetimes
         assert lifetimes is not None
-        history = yield from self._stored_history_steps(thread_id)
+        history = yield from self._history_steps(thread_id, as_read=False)
         seconds = lifetimes.seconds(history)
         yield from self._set_expiry_steps(thread_id, expiry_after(self.clock(), seconds) if seconds is not None else None)
 
@@ -720,7 +717,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         thread_id = str(thread_id)
 
         def steps() -> Steps[bool]:
-            history = yield from self._stored_history_steps(thread_id)
+            history = yield from self._history_steps(thread_id, as_read=False)
             return (yield from self._is_expired_steps(thread_id, history, self.clock()))
 
         return run(steps())
