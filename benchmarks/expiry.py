@@ -1,13 +1,12 @@
 """What a time-to-live costs: a put with one against a put without, and a sweep's time against
 the number of threads stored.
 
-    python -m benchmarks.expiry puts --runs 3     # µs per put, with and without ttl=, in turn
+    python -m benchmarks.expiry puts --runs 3     # µs per put, with and without ttl=, put by put
     python -m benchmarks.expiry sweep             # 10,000 expired threads among 10,000 and among 100,000
 
-`puts`: each saver puts 2,000 checkpoints of a 10-message chat on one thread (the micro
-workload of `put_floor`); a run is a process of its own in which the two savers take turns, a
-round each (`--rounds`), which goes first alternating; the table gives each round's median put
-and the run's median.
+`puts`: a saver without a time-to-live and one with put 6,000 checkpoints each of a 10-message
+chat on a thread of their own (the micro workload of `put_floor`), taking turns put by put in
+one process (a run), which goes first alternating; the table gives each saver's median put.
 `sweep`: a store holding N threads, 10,000 of them idle past the
 time-to-live, swept once; its time should depend on the 10,000, not on N (the store's expiry
 index), so the two times are within 1.5x of each other.
@@ -26,7 +25,7 @@ import uuid
 from typing import Any
 
 from benchmarks.checkpoints import Chain, sample_messages
-from benchmarks.put_floor import median_put_on
+from benchmarks.workloads import timed
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.stores.url import open_store
 
@@ -65,13 +64,29 @@ def cleanup(store: Any) -> None:
     store.close()
 
 
-def median_put(kind: str, with_ttl: bool, puts: int) -> float:
+def interleaved_puts(kind: str, puts: int) -> tuple[float, float]:
+    """The median put, in µs, of a saver without a time-to-live and of one with, on stores of
+    `kind`, taking turns put by put (which goes first alternates), so the machine's drift falls
+    on both alike."""
     with tempfile.TemporaryDirectory() as where:
-        saver = TelarSaver(store_for(kind, where), ttl=TTL if with_ttl else None)
+        savers = [TelarSaver(store_for(kind, f"{where}/{i}"), ttl=TTL if i else None) for i in (0, 1)]
+        chains = [Chain(saver, "expiry") for saver in savers]
+        chat = sample_messages(10)
+        for chain in chains:
+            for step in range(3):
+                chain.put({"messages": chat, "step": step})
+        times: list[list[float]] = [[], []]
         try:
-            return median_put_on(saver, 10, puts)
+            for step in range(puts):
+                for i in (0, 1) if step % 2 else (1, 0):
+                    config, checkpoint, metadata, versions = chains[i].next({"messages": chat, "step": step})
+                    stored, seconds = timed(lambda: savers[i].put(config, checkpoint, metadata, versions))  # noqa: B023
+                    times[i].append(seconds * 1e6)
+                    chains[i].done(stored, versions)
         finally:
-            cleanup(saver.store)
+            for saver in savers:
+                cleanup(saver.store)
+        return statistics.median(times[0]), statistics.median(times[1])
 
 
 def one_thread(saver: TelarSaver, thread_id: str) -> None:
@@ -108,20 +123,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["puts", "sweep"])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--puts", type=int, default=2000)
+    parser.add_argument("--puts", type=int, default=6000)
     parser.add_argument("--kind", default="memory", choices=["memory", "file", "sqlite", "postgres", "redis"])
     parser.add_argument("--expired", type=int, default=10_000)
     parser.add_argument("--stored", type=int, nargs="*", default=[10_000, 100_000])
-    parser.add_argument("--rounds", type=int, default=6, help="rounds of a run: each saver in turn (default 6)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a store kind: one run's rounds, as JSON
     args = parser.parse_args(argv)
-    if args.one:  # one process: the two savers in turn, a round each, so both see the same machine
-        rounds = []
-        for number in range(args.rounds):  # the first of a round alternates (no order to favour one)
-            first = median_put(args.one, number % 2 == 1, args.puts)
-            second = median_put(args.one, number % 2 == 0, args.puts)
-            rounds.append((first, second) if number % 2 == 0 else (second, first))
-        print(json.dumps(rounds))
+    if args.one:  # one process: the two savers put by put
+        print(json.dumps(interleaved_puts(args.one, args.puts)))
         return
     if args.what == "sweep":
         print("| store | threads stored | expired | sweep s | per expired thread µs |")
@@ -131,16 +140,12 @@ def main(argv: list[str] | None = None) -> None:
             print(f"| {args.kind} | {stored:,} | {args.expired:,} | {found['seconds']:.2f} | "
                   f"{found['seconds'] / args.expired * 1e6:.0f} |", flush=True)
         return
-    print("| store | run | round | without ttl µs | with ttl µs | with / without |")
-    print("|---|---|---|---|---|---|")
-    for run in range(1, args.runs + 1):
-        command = [sys.executable, "-m", "benchmarks.expiry", "puts", "--one", args.kind, "--puts", str(args.puts),
-                   "--rounds", str(args.rounds)]
-        rounds = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
-        for number, (without, with_ttl) in enumerate(rounds, 1):
-            print(f"| {args.kind} | {run} | {number} | {without:.1f} | {with_ttl:.1f} | {with_ttl / without:.3f} |")
-        middle = [statistics.median(side) for side in zip(*rounds)]
-        print(f"| {args.kind} | {run} | median | {middle[0]:.1f} | {middle[1]:.1f} | {middle[1] / middle[0]:.3f} |", flush=True)
+    print("| store | run | without ttl µs | with ttl µs | with / without |")
+    print("|---|---|---|---|---|")
+    for run in range(1, args.runs + 1):  # a process each
+        command = [sys.executable, "-m", "benchmarks.expiry", "puts", "--one", args.kind, "--puts", str(args.puts)]
+        without, with_ttl = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+        print(f"| {args.kind} | {run} | {without:.1f} | {with_ttl:.1f} | {with_ttl / without:.3f} |", flush=True)
 
 if __name__ == "__main__":
     main()

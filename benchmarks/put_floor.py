@@ -70,11 +70,6 @@ class LineFloor:
 def median_put(saver_name: str, messages: int, puts: int) -> float:
     """The median put, in µs, of `puts` puts of a `messages`-message chat and a counter."""
     saver: Any = {"InMemorySaver": InMemorySaver, "floor": LineFloor, "Telar/memory": lambda: TelarSaver(MemoryStore())}[saver_name]()
-    return median_put_on(saver, messages, puts)
-
-
-def median_put_on(saver: Any, messages: int, puts: int) -> float:
-    """`median_put` on a saver given (anything with LangGraph's `put` and `get_next_version`)."""
     chat = sample_messages(messages)
     chain = Chain(saver, "floor")
     for step in range(3):
