@@ -24,6 +24,7 @@ from telar_checkpoint.history import History
 from telar_checkpoint.lifetime import TTL, SweepReport, grain
 from telar_checkpoint.stores import Store
 from tests.stores import describe, processes, reopen
+from tests.test_history_depth import delta_graph, needs_delta_channel
 from tests.test_lifetime import assert_deleted, fan_out_deleting, in_a_row, once_stored
 
 DAY = 24 * 60  # minutes
@@ -484,3 +485,25 @@ def test_verify_accepts_a_thread_with_its_own_ttl_and_the_records_of_expiry(tmp_
     assert saver.sweep().deleted == ["expires"]
     report = verify_store(saver.store)
     assert report.ok and report.problems == [], report.problems
+
+
+@needs_delta_channel
+def test_keep_latest_keeps_what_a_delta_channel_needs(store: Store, clock: Clock) -> None:
+    """A thread whose state is a DeltaChannel (rebuilt from the writes of the checkpoints since
+    its last snapshot) expires to its latest checkpoint and reads whole, before and after the
+    sweep, as on InMemorySaver; and the conversation goes on."""
+    saver = TelarSaver(store, ttl={"default_ttl": 60, "strategy": "keep_latest"}, clock=clock)
+    graph = delta_graph().compile(checkpointer=saver)
+    reference = delta_graph().compile(checkpointer=InMemorySaver())
+    for turn in range(8):
+        graph.invoke({"messages": [f"user {turn}"]}, config("delta"))
+        reference.invoke({"messages": [f"user {turn}"]}, config("delta"))
+    before = len(History.parse("delta", store.read("delta")).entries)
+    clock.advance(61)
+    expected = reference.get_state(config("delta")).values
+    assert graph.get_state(config("delta")).values == expected
+    assert saver.sweep().trimmed == ["delta"]
+    assert 1 <= len(History.parse("delta", store.read("delta")).entries) < before  # the latest, and its delta chain
+    assert graph.get_state(config("delta")).values == expected
+    out = graph.invoke({"messages": ["user 8"]}, config("delta"))
+    assert out == reference.invoke({"messages": ["user 8"]}, config("delta"))
