@@ -440,3 +440,26 @@ class CrashRun:
 
 if __name__ == "__main__":
     serve()
+
+
+def log_figures(test: str, seed: int, **figures: Any) -> None:
+    """One JSON line of a kill run's figures in the file `TELAR_RELIABILITY_LOG` names (when set;
+    RELIABILITY.md's tables are made from them)."""
+    path = os.environ.get("TELAR_RELIABILITY_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"test": test, **figures, "seed": seed}) + "\n")
+
+
+def zygote_fixture() -> Any:
+    """A module-scoped fixture of one `Zygote` that forks every process of a test module (an
+    interpreter start is ~1 s); assign it to a name in the module: ``zygote = zygote_fixture()``."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def zygote() -> Any:
+        process = Zygote()
+        yield process
+        process.close()
+
+    return zygote

@@ -8,10 +8,8 @@ line of figures per run (used for RELIABILITY.md).
 
 from __future__ import annotations
 
-import json
 import os
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ import pytest
 from telar_checkpoint import CheckpointCodec, TelarSaver
 from telar_checkpoint.history import History
 from telar_checkpoint.stores import FileStore
-from tests.crash_harness import CrashRun, Zygote, counter_graph
+from tests.crash_harness import CrashRun, Zygote, counter_graph, log_figures, zygote_fixture
 from tests.stores import describe, make_store
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the crash harness forks writers")
@@ -29,19 +27,7 @@ SERVER_KILLS = int(os.environ.get("TELAR_CRASH_SERVER_KILLS", str(max(2, KILLS /
 SEED = int(os.environ.get("TELAR_CRASH_SEED", str(random.randrange(1 << 30))))
 
 
-def log_figures(kind: str, mode: str, report: object) -> None:
-    path = os.environ.get("TELAR_RELIABILITY_LOG")
-    if path:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"test": "crash", "store": kind, "mode": mode, "seed": SEED, **vars(report)}) + "\n")
-
-
-@pytest.fixture(scope="module")
-def zygote() -> Iterator[Zygote]:
-    """One process that forks every writer of this module (an interpreter start is ~1 s)."""
-    process = Zygote()
-    yield process
-    process.close()
+zygote = zygote_fixture()  # forks every writer of this module
 
 
 RUNS = [(kind, mode) for kind in ("file", "sqlite", "postgres", "redis") for mode in ("graph", "raw")]
@@ -54,7 +40,7 @@ def test_killed_writers_lose_nothing(
     store = make_store(kind, tmp_path, request)
     kills = KILLS if kind in ("file", "sqlite") else SERVER_KILLS
     report = CrashRun(describe(store), mode, seed=SEED).run(kills, zygote)
-    log_figures(kind, mode, report)
+    log_figures("crash", SEED, store=kind, mode=mode, **vars(report))
     print(f"{kind}/{mode} seed={SEED}: {report}")
     assert report.kills == kills
     assert report.checkpoints > 0 or kills < 3

@@ -24,13 +24,11 @@ at least 2). `TELAR_CRASH_SEED` replays a run (the choices, not the timing of th
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import time
 import types
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +41,7 @@ from telar_checkpoint.history import History
 from telar_checkpoint.saver import LEASE_SECONDS
 from telar_checkpoint.stores import Store
 from telar_checkpoint.verify import verify_store
-from tests.crash_harness import CrashRun, Zygote
+from tests.crash_harness import CrashRun, Zygote, log_figures, zygote_fixture
 from tests.stores import describe, make_store
 from tests.test_expiry import Clock
 from tests.test_lifetime import in_a_row
@@ -88,19 +86,7 @@ class SweepFigures:
     seconds: float = 0.0
 
 
-def log_figures(kind: str, strategy: str, figures: SweepFigures) -> None:
-    path = os.environ.get("TELAR_RELIABILITY_LOG")
-    if path:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"test": "crash-sweep", "store": kind, "strategy": strategy, "seed": SEED, **vars(figures)}) + "\n")
-
-
-@pytest.fixture(scope="module")
-def zygote() -> Iterator[Zygote]:
-    """One process that forks every sweeper of this module (an interpreter start is ~1 s)."""
-    process = Zygote()
-    yield process
-    process.close()
+zygote = zygote_fixture()  # forks every sweeper of this module
 
 
 @pytest.fixture
@@ -329,7 +315,7 @@ def test_a_killed_sweep_loses_nothing_and_the_next_finishes(
     try:
         figures = run.run_kills(kills, zygote)
     finally:
-        log_figures(kind, strategy, run.figures)
+        log_figures("crash-sweep", SEED, store=kind, strategy=strategy, **vars(run.figures))
     print(f"{kind}/{strategy} seed={SEED}: {figures}")
     assert not run.problems, f"seed={SEED} (TELAR_CRASH_SEED replays it): " + "\n".join(run.problems[:20])
     assert figures.kills == kills
