@@ -27,6 +27,7 @@ reads it with the history.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from collections import OrderedDict
@@ -285,15 +286,11 @@ class Sweeper:
 
     def start_task(self) -> None:
         """Sweep in a task of the running event loop instead of a thread."""
-        import asyncio
-
         self.stop_thread()
         self._stop.clear()
         self._task = asyncio.get_running_loop().create_task(self._aloop(), name="telar-checkpoint-sweep")
 
     async def _aloop(self) -> None:
-        import asyncio
-
         while not self._stop.is_set():
             await asyncio.sleep(self.interval)
             try:
@@ -318,8 +315,6 @@ class Sweeper:
 
     async def astop(self) -> None:
         """`stop`, then wait (at most 10 s) for the cancelled task to end."""
-        import asyncio
-
         task = self._task
         self.stop()
         if task is not None and task.get_loop() is asyncio.get_running_loop():
