@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal, cast
 from uuid import UUID
 
 from telar_checkpoint.errors import ArgumentTypeError, UsageError
@@ -73,13 +73,33 @@ class TTL:
     sweep_interval_minutes: float | None = None
 
 
+def _is_minutes(value: object) -> bool:
+    """Whether `value` is a time-to-live in minutes: a positive finite int or float (not a bool)."""
+    if type(value) not in (int, float):
+        return False
+    number = cast(float, value)
+    return math.isfinite(number) and number > 0
+
+
 def _minutes(settings: Mapping[str, Any], key: str) -> float | None:
     value = settings.get(key)
     if value is None:
         return None
-    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+    if not _is_minutes(value):
         raise UsageError(f"ttl[{key!r}] should be a positive number of minutes (fractions allowed) or None, not {value!r}")
     return float(value)
+
+
+def own_ttl(minutes: float | None | Literal["default"]) -> float | None:
+    """A thread's own time-to-live as `DroppedLine.ttl` holds it, from what `set_thread_ttl`
+    takes: minutes, None (it never expires: math.inf) or "default" (None: the saver's)."""
+    if minutes == "default":
+        return None
+    if minutes is None:
+        return math.inf
+    if not _is_minutes(minutes):
+        raise UsageError(f"set_thread_ttl: minutes should be a positive number, None (never expires) or 'default', not {minutes!r}")
+    return float(minutes)
 
 
 def ttl_settings(settings: Mapping[str, Any]) -> TTL:
@@ -112,6 +132,12 @@ def checkpoint_time(checkpoint_id: str) -> float | None:
         return None
     ticks = (value >> 80) << 12 | (value >> 64) & 0x0FFF
     return (ticks - _UUID_EPOCH) / 10_000_000
+
+
+def written_at(history: History) -> float | None:
+    """When the history's newest checkpoint was made (its data clock), None when it holds none
+    or its ids tell no time."""
+    return checkpoint_time(history.newest_id) if history.newest_id else None
 
 
 def grain(seconds: float) -> float:
@@ -155,15 +181,15 @@ class Lifetimes:
         and its newest checkpoint is at least that old (or its ids tell no time)."""
         if seconds is None:
             return False
-        made = checkpoint_time(history.newest_id) if history.newest_id else None
+        made = written_at(history)
         return made is None or made + seconds <= now
 
-    def known(self, thread_id: str, seconds: float | None) -> float | None | bool:
-        """The expiry remembered for the thread under this time-to-live (None: none recorded),
-        or False when nothing is remembered."""
+    def known(self, thread_id: str, seconds: float | None) -> float | None:
+        """The expiry remembered for the thread under this time-to-live; None when none is (not
+        remembered, or none recorded)."""
         with self._lock:
             memo = self._memo.get(thread_id)
-        return memo[0] if memo is not None and memo[1] == seconds else False
+        return memo[0] if memo is not None and memo[1] == seconds else None
 
     def remember(self, thread_id: str, expiry: float | None, seconds: float | None) -> None:
         with self._lock:
@@ -192,9 +218,7 @@ class Lifetimes:
             return None
         when = expiry_after(now, seconds)
         known = self.known(thread_id, seconds)
-        if known is not False and known is not None and known >= when:
-            return None
-        return when
+        return None if known is not None and known >= when else when
 
     def view(self, history: History) -> History:
         """What readers see of an expired thread: nothing (`"delete"`), or its latest checkpoint

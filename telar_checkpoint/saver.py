@@ -8,7 +8,6 @@ the pure codec, so the sync and async twins share all their logic.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import time
 import uuid
@@ -49,10 +48,11 @@ from telar_checkpoint.lifetime import (
     Lifetimes,
     Sweeper,
     SweepReport,
-    checkpoint_time,
     deletion,
     expiry_after,
+    own_ttl,
     ttl_settings,
+    written_at,
 )
 from telar_checkpoint.rules import DeleteThread, Put
 from telar_checkpoint.schema import Schema, SchemaThreads
@@ -292,7 +292,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             keep_finished_subgraphs=self.codec.keep_finished_subgraphs, schema=self.schema, clock=self.clock,
         )
         clone.ttl, clone._lifetimes = self.ttl, self._lifetimes  # (the sweep stays this saver's)
-        clone._holder = getattr(self, "_holder", "")
+        clone._holder = uuid.uuid4().hex  # its own name in the sweep's lease: its sweeps and this one's take turns
         clone.codec.values = ValueCodec(serde, allowlist=allowlist)
         clone._index = self._index
         clone._writer = self._writer.sharing_turns()  # one saver's writers take turns
@@ -480,8 +480,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         lifetimes = self._lifetimes
         assert lifetimes is not None
         known = lifetimes.known(thread_id, seconds)
-        if known is not False and known is not None and known > now:
-            return float(known)
+        if known is not None and known > now:
+            return known
         store: Any = self.store  # Expiring (checked in `_set_ttl`)
         expiry = yield call(store.expiry, store.aexpiry, thread_id)
         lifetimes.remember(thread_id, expiry, seconds)
@@ -582,7 +582,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             operation = lifetimes.expired_now(history, now)
             if operation is None:  # written since (or no longer expiring): expires when its data says
                 seconds = lifetimes.seconds(history)
-                expires = expiry_after(_made(history), seconds) if seconds is not None and history.entries else None
+                expires = expiry_after(written_at(history) or 0.0, seconds) if seconds is not None and history.entries else None
                 outcome.append(("fresh", 0, 0, expires))
                 return old
             new = self.codec.edit(old, operation, history=history)[0]
@@ -599,7 +599,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         except TelarError as exc:  # a thread that cannot be read is left as it is, for `repair`
             report.failed.append((thread_id, str(exc)))
             if not dry_run:  # tried again by the next sweep a time-to-live on, not by this one
-                yield call(store.expire_at, store.aexpire_at, thread_id, now + self._record_seconds())
+                yield call(store.expire_at, store.aexpire_at, thread_id, now + keep_record)
             return
         kind, before, after, expiry = outcome[0]
         if kind == "deleted":
@@ -646,7 +646,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     def _thread_ttl_steps(self, thread_id: str, minutes: float | None | Literal["default"]) -> Steps[None]:
         self._lifetimes_for("set_thread_ttl")
-        own = _own_ttl(minutes)
+        own = own_ttl(minutes)
         yield call(self.rewrite, self.arewrite, thread_id, lambda old: self.codec.with_ttl(thread_id, old, own))
         yield from self._fresh_clock_steps(thread_id)
 
@@ -873,22 +873,6 @@ def _bytes(text: str | None) -> int:
 
 def _timestamp(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
-
-
-def _made(history: History) -> float:
-    """When the history's newest checkpoint was made (0 when its id tells no time)."""
-    return (checkpoint_time(history.newest_id) or 0.0) if history.newest_id else 0.0
-
-
-def _own_ttl(minutes: float | None | Literal["default"]) -> float | None:
-    """A thread's own time-to-live as `DroppedLine.ttl` holds it (math.inf: never; None: the default)."""
-    if minutes == "default":
-        return None
-    if minutes is None:
-        return math.inf
-    if type(minutes) not in (int, float) or not math.isfinite(minutes) or minutes <= 0:
-        raise UsageError(f"set_thread_ttl: minutes should be a positive number, None (never expires) or 'default', not {minutes!r}")
-    return float(minutes)
 
 
 def _check_strategy(strategy: str) -> str:

@@ -507,3 +507,16 @@ def test_keep_latest_keeps_what_a_delta_channel_needs(store: Store, clock: Clock
     assert graph.get_state(config("delta")).values == expected
     out = graph.invoke({"messages": ["user 8"]}, config("delta"))
     assert out == reference.invoke({"messages": ["user 8"]}, config("delta"))
+
+
+def test_a_clone_of_the_saver_sweeps_in_turn_with_it(store: Store, clock: Clock) -> None:
+    """`with_allowlist` (LangGraph calls it at compile) gives a saver of its own name in the
+    sweep's lease: while the original sweeps, the clone's sweep is skipped."""
+    saver = TelarSaver(store, ttl={"default_ttl": 1}, clock=clock)
+    clone = saver.with_allowlist([("my_app", "Model")])
+    assert clone is not saver
+    lease: Any = store
+    assert lease.lease("sweep", saver._holder, clock(), 60)  # the original's sweep under way
+    assert clone.sweep().skipped
+    lease.release("sweep", saver._holder)
+    assert not clone.sweep().skipped

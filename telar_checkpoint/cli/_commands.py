@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import types
 from collections.abc import Iterator
-from typing import Any
 
 from telar_checkpoint.cli._exits import EXIT_FAILED
 from telar_checkpoint.cli._output import ProgressBar, compact, plural, styled, table, to_json, when
@@ -64,7 +63,7 @@ def dry_target(url: str) -> Iterator[Store]:
 
 def cmd_threads(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
-        ttl = threads_ttl(args)
+        ttl = command_ttl(args)
         expired = TelarSaver(store, ttl=ttl).is_expired if ttl is not None else None
         bar = ProgressBar("reading threads", args.progress)
         try:
@@ -103,11 +102,15 @@ def cmd_threads(args: types.SimpleNamespace) -> int:
     return 0
 
 
-def threads_ttl(args: types.SimpleNamespace) -> TTL | None:
-    """The time-to-live `threads` hides expired threads by: --ttl, else $TELAR_CHECKPOINT_TTL (none: all shown)."""
-    settings: dict[str, Any] | None = {"default_ttl": args.ttl} if args.ttl is not None else ttl_from_environment()
-    if not settings:
+def command_ttl(args: types.SimpleNamespace, strategy: str | None = None) -> TTL | None:
+    """The time-to-live a command applies: --ttl (and `strategy`), else $TELAR_CHECKPOINT_TTL (the
+    JSON of langgraph.json's `checkpointer.ttl`); None when neither gives one. A command neither
+    sweeps in the background nor restarts a thread's clock when it reads it."""
+    settings = {"default_ttl": args.ttl} if args.ttl is not None else ttl_from_environment()
+    if settings is None:
         return None
+    if strategy:
+        settings = {**settings, "strategy": strategy}
     return dataclasses.replace(ttl_settings(settings), sweep_interval_minutes=None, refresh_on_read=False)
 
 

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import types
 from dataclasses import dataclass
 from typing import Any
 
-from telar_checkpoint.cli._commands import opened
+from telar_checkpoint.cli._commands import command_ttl, opened
 from telar_checkpoint.cli._exits import EXIT_CORRUPT, EXIT_FAILED
 from telar_checkpoint.cli._output import ProgressBar, confirm, plural, table, to_json
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import StoredDataError, UsageError
 from telar_checkpoint.history import History
 from telar_checkpoint.inspection import read_thread, stored_size
-from telar_checkpoint.lifetime import TTL, SweepReport, ttl_settings
+from telar_checkpoint.lifetime import SweepReport
 from telar_checkpoint.saver import TelarSaver
-from telar_checkpoint.server import TTL_VARIABLE, ttl_from_environment
+from telar_checkpoint.server import TTL_VARIABLE
 from telar_checkpoint.stores.base import Indexed, Store
 
 
@@ -151,22 +150,10 @@ def cmd_delete(args: types.SimpleNamespace) -> int:
 EXPIRE_PART = 100  # threads `expire` handles between two updates of its progress bar
 
 
-def expire_ttl(args: types.SimpleNamespace) -> TTL:
-    """The time-to-live `expire` applies: --ttl and --strategy, else $TELAR_CHECKPOINT_TTL (the
-    JSON of langgraph.json's `checkpointer.ttl`), without a background sweep."""
-    if args.ttl is not None:
-        settings: dict[str, Any] = {"default_ttl": args.ttl, "strategy": args.strategy or "delete"}
-    else:
-        settings = ttl_from_environment() or {}
-        if not settings.get("default_ttl"):
-            raise UsageError(f"expire needs a time-to-live: --ttl MINUTES, or ${TTL_VARIABLE} as JSON ('{{\"default_ttl\": 43200}}')")
-        if args.strategy:
-            settings["strategy"] = args.strategy
-    return dataclasses.replace(ttl_settings(settings), sweep_interval_minutes=None)
-
-
 def cmd_expire(args: types.SimpleNamespace) -> int:
-    ttl = expire_ttl(args)
+    ttl = command_ttl(args, args.strategy)
+    if ttl is None or ttl.default_ttl is None:
+        raise UsageError(f"expire needs a time-to-live: --ttl MINUTES, or ${TTL_VARIABLE} as JSON ('{{\"default_ttl\": 43200}}')")
     with opened(args.url) as store:
         saver = TelarSaver(store, ttl=ttl)
         if args.dry_run:
