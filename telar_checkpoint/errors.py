@@ -32,6 +32,16 @@ class NoAsyncDriverError(UsageError):
     """An async method of a store whose options give it a sync-only driver; the message says what to pass."""
 
 
+class NoSyncDriverError(UsageError):
+    """A sync method of a store that was given only async connections (an `AsyncConnection`, an
+    `AsyncConnectionPool`, a `redis.asyncio` client); the message says what to pass."""
+
+
+class UnusableConnectionError(UsageError):
+    """A connection, pool or client the application gave a store cannot serve it (a pipeline, a
+    closed pool, a connection inside a transaction of its own); the message says what to give instead."""
+
+
 class NoStoreError(UsageError):
     """A URL or path names no store of ours: nothing is there, or another tool's data.
 
@@ -147,6 +157,7 @@ __all__ = [
     "ForeignStoreError",
     "NoStoreError",
     "NoAsyncDriverError",
+    "NoSyncDriverError",
     "RefusedTypeError",
     "SaverClosedError",
     "SerializationError",
@@ -157,5 +168,6 @@ __all__ = [
     "TelarError",
     "ThreadDeletedError",
     "UnknownFormatError",
+    "UnusableConnectionError",
     "UsageError",
 ]

@@ -21,7 +21,8 @@ fixture), and declare what the store can do::
 
 Capabilities are class attributes: `versions` (the store is `Versioned`: `version()` gives tokens
 and `append_if` appends), `indexes` (the store is `Indexed`), `expires` (the store is `Expiring`:
-expiry times and leases), `shared` (see `opener`) and `forked_child_writes`. A test that needs
+expiry times and leases), `shared` (see `opener`), `async_calls` (False for a store given a sync-only
+connection: its async methods must refuse) and `forked_child_writes`. A test that needs
 a capability the class declares absent is not collected at all (no skip in the report: a declaration, not an accident of the machine), and
 `test_declared_capabilities` checks that the store has the optional protocols the class declares,
 and behaves so. The async tests

@@ -19,7 +19,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the test extra is missing
     raise ImportError("telar_checkpoint.testing needs pytest and hypothesis: pip install 'telar-checkpoint[test]'") from exc
 
-from telar_checkpoint.errors import StoreError
+from telar_checkpoint.errors import NoAsyncDriverError, StoreError
 from telar_checkpoint.stores.base import Expiring, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.testing._machine import StoreMachine
@@ -38,7 +38,7 @@ from telar_checkpoint.testing._workers import (
     run_async,
 )
 
-CAPABILITIES = ("versions", "indexes", "expires", "shared")
+CAPABILITIES = ("versions", "indexes", "expires", "shared", "async_calls")
 _NEEDS = "_store_tests_needs"
 F = TypeVar("F", bound=Callable[..., Any])
 FAR = 4_102_444_800.0  # 2100-01-01, in seconds since the epoch: an expiry that is never due in a test
@@ -84,6 +84,9 @@ class StoreTests:
     expires: bool = True
     #: Another store object, in this process or a child process, can open the same space (`opener`).
     shared: bool = False
+    #: The async methods work (False: the store was given a sync-only connection, pool or client,
+    #: and each async method refuses with `NoAsyncDriverError`, changing nothing).
+    async_calls: bool = True
     #: A process forked while its parent was mid-write can write too (False: its write is refused at
     #: once with a StoreError, as SQLite's must be). Read only when `shared`.
     forked_child_writes: bool = True
@@ -133,7 +136,21 @@ class StoreTests:
                 assert other.read("t") == "v\n"
             finally:
                 other.close()
-        run_async(store, self._async_declared_capabilities)
+        if self.async_calls:
+            run_async(store, self._async_declared_capabilities)
+        else:
+            self._refuses_async_calls(store)
+
+    def _refuses_async_calls(self, store: Store) -> None:
+        """A store declared without `async_calls` refuses each async method in our words, changing nothing."""
+
+        async def calls() -> None:
+            for call in (lambda: store.aread("t"), lambda: store.awrite("t", "x\n"), lambda: store.adelete("t")):
+                with pytest.raises(NoAsyncDriverError):
+                    await call()
+
+        asyncio.run(calls())
+        assert store.read("t") is not None, "a refused async call changes nothing"
 
     async def _async_declared_capabilities(self, astore: Store) -> None:
         if not isinstance(astore, Versioned):
@@ -331,6 +348,7 @@ class StoreTests:
         assert await astore.aupdate("u", lambda old: None) is None
         assert await astore.akeys() == []
 
+    @needs("async_calls")
     def test_async_twins(self, store: Store) -> None:
         run_async(store, self._async_twins)
 
@@ -343,6 +361,7 @@ class StoreTests:
         assert_all_lines(await astore.aread("shared"), workers=4, count=25)
         assert astore.read("shared") == await astore.aread("shared")
 
+    @needs("async_calls")
     def test_async_concurrent_updates_lose_nothing(self, store: Store) -> None:
         run_async(store, self._async_concurrent_updates_lose_nothing)
 
@@ -455,7 +474,7 @@ class StoreTests:
         assert await astore.aupdate_versioned("t", lambda old: None) == (None, None)
         assert await astore.aversion("t") is None and await astore.aappend_if("t", "x", moved) is None
 
-    @needs("versions")
+    @needs("versions", "async_calls")
     def test_async_versions(self, store: Store) -> None:
         assert isinstance(store, Versioned)
         run_async(store, self._async_versions)
@@ -471,7 +490,7 @@ class StoreTests:
             version = winners[0]
         assert len((await astore.aread("t") or "").splitlines()) == 5
 
-    @needs("versions")
+    @needs("versions", "async_calls")
     def test_async_racing_append_if_one_winner(self, store: Store) -> None:
         assert isinstance(store, Versioned)
         run_async(store, self._async_racing_append_if_one_winner)
@@ -593,7 +612,7 @@ class StoreTests:
         assert await store.asorted_keys(limit=1) == ["a"]
         assert await store.aindex_ready()
 
-    @needs("indexes")
+    @needs("indexes", "async_calls")
     def test_async_index(self, store: Store) -> None:
         assert isinstance(store, Indexed)
         run_async(store, self._async_index)
@@ -829,7 +848,7 @@ class StoreTests:
         assert await astore.aexpired(100.0, 10) == [("c", 30.0)]
         assert astore.expired(100.0, 10) == [("c", 30.0)]
 
-    @needs("expires")
+    @needs("expires", "async_calls")
     def test_async_expiry(self, store: Store) -> None:
         assert isinstance(store, Expiring)
         run_async(store, self._async_expiry)
@@ -849,7 +868,7 @@ class StoreTests:
         won = await asyncio.gather(*(astore.alease("race", f"h{i}", 0.0, 60.0) for i in range(6)))
         assert won.count(True) == 1
 
-    @needs("expires")
+    @needs("expires", "async_calls")
     def test_async_lease(self, store: Store) -> None:
         assert isinstance(store, Expiring)
         run_async(store, self._async_lease)
