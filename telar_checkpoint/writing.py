@@ -43,7 +43,11 @@ from telar_checkpoint.thread_index import ThreadIndex
 
 StringChange = Callable[[str | None], "str | None"]
 STRIPES = 64  # the turns' locks a saver's writers share, by the thread id's hash
-CACHED_THREADS = 64  # parsed histories kept, for the most recently used threads
+CACHED_THREADS = 4096  # parsed histories kept at most, for the most recently used threads
+# ... and the characters of their histories at most (their memory is about twice that): a server's
+# concurrent runs each find their thread kept (at 256 concurrent runs, 64 threads kept halved the
+# throughput: each put read and parsed its whole thread again; benchmarks/results/load.md).
+CACHED_CHARS = 32 * 1024 * 1024
 
 
 class RewriteThread:
@@ -85,11 +89,13 @@ class _Kept:
     text: str | None
     suffixes: list[str] = field(default_factory=list)
     pending: int = 0  # characters in `suffixes`
+    weight: int = 0  # the history's characters, as `Histories` counted them
 
 
 class Histories:
     """The one cache of parsed histories: per thread, the store's version, the text and its
-    parsed `History`, for the `size` most recently used threads (bounded, thread-safe).
+    parsed `History`, for the `size` most recently used threads, and no more than `chars`
+    characters of histories in all (bounded, thread-safe).
 
     A read whose store version is the one kept reads nothing (`get`); a write builds on the
     history kept for the last version (`latest`). A text that is the one kept reuses its
@@ -99,10 +105,21 @@ class Histories:
     version a saver writing a thread alone is slower; without the text, two savers serving a
     thread in turn (as server replicas do) are 1.5-2.6 times slower."""
 
-    def __init__(self, size: int = CACHED_THREADS) -> None:
-        self.size = size
+    def __init__(self, size: int = CACHED_THREADS, chars: int = CACHED_CHARS) -> None:
+        self.size, self.chars = size, chars
         self._items: OrderedDict[str, _Kept] = OrderedDict()
         self._lock = threading.Lock()
+        self._weight = 0  # the characters of the histories kept
+
+    def _put(self, thread_id: str, new: _Kept) -> None:
+        """Keep `new` as the thread's latest, and forget the least recently used beyond the bounds (under the lock)."""
+        new.weight = new.history.size
+        old = self._items.get(thread_id)
+        self._weight += new.weight - (old.weight if old is not None else 0)
+        self._items[thread_id] = new
+        self._items.move_to_end(thread_id)
+        while len(self._items) > self.size or (self._weight > self.chars and len(self._items) > 1):
+            self._weight -= self._items.popitem(last=False)[1].weight
 
     def latest(self, thread_id: str) -> _Kept | None:
         """What is kept for the thread, current or not (on every write)."""
@@ -154,10 +171,7 @@ class Histories:
         if self.size <= 0:
             return
         with self._lock:
-            self._items[thread_id] = _Kept(version, history, text)
-            self._items.move_to_end(thread_id)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+            self._put(thread_id, _Kept(version, history, text))
 
     def appended(self, thread_id: str, kept: _Kept, version: Hashable, history: History, suffix: str) -> None:
         """The store appended `suffix` to the text of `kept`: its new `version` is `history`."""
@@ -169,8 +183,7 @@ class Histories:
             if text is not None:
                 kept.suffixes.append(suffix)  # (the old entry is no longer read for its text: the list moves on)
                 new.suffixes, new.pending = kept.suffixes, pending
-            self._items[thread_id] = new
-            self._items.move_to_end(thread_id)
+            self._put(thread_id, new)
 
 
 class Turns:

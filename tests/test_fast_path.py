@@ -128,3 +128,27 @@ def test_the_fast_path_is_taken() -> None:
     for _ in range(5):
         model.put("latest", "loop", "", "grow")
     assert calls == ["t"], "only the first put of the thread updates the whole value"
+
+
+def test_the_cache_of_histories_is_bounded_by_threads_and_by_characters() -> None:
+    """`Histories` keeps the threads used last, forgetting the least recently used first when it
+    holds more threads than `size`, or more characters of histories than `chars`."""
+    from telar_checkpoint.writing import Histories
+
+    checkpoint = {"v": 4, "id": "1", "ts": "2026-01-01T00:00:00+00:00", "channel_values": {"msgs": ["m"]},
+                  "channel_versions": {"msgs": 1}, "versions_seen": {}, "updated_channels": None}  # fmt: skip
+    line = CheckpointCodec().append(None, CheckpointRecord(checkpoint, {"source": "input", "step": -1, "parents": {}}, "", None))
+    by_threads = Histories(size=3, chars=1 << 30)
+    for i in range(5):
+        by_threads.parse(f"t{i}", line, i)
+    assert [t for t in (f"t{i}" for i in range(5)) if by_threads.latest(t) is not None] == ["t2", "t3", "t4"]
+    by_threads.latest("t2")  # used: t3 is now the least recently used
+    by_threads.parse("t5", line, 5)
+    assert by_threads.latest("t3") is None and by_threads.latest("t2") is not None
+
+    by_chars = Histories(size=100, chars=3 * len(line))
+    for i in range(5):
+        by_chars.parse(f"t{i}", line, i)
+    assert [t for t in (f"t{i}" for i in range(5)) if by_chars.latest(t) is not None] == ["t2", "t3", "t4"]
+    by_chars.parse("big", line * 10, 9)  # more than the bound alone: kept (the newest is never forgotten), and alone
+    assert [t for t in ["t2", "t3", "t4", "big"] if by_chars.latest(t) is not None] == ["big"]
