@@ -42,16 +42,13 @@ cluster. A lease is taken, renewed or refused by a Lua script that compares the 
 end (on the caller's clock) it finds, and sets the key to expire in Redis once the lease ends
 (``PX``, rounded up), so a lapsed lease does not stay behind.
 
-The client does not retry commands by itself: a dropped connection is a `StoreError` naming the
-server, the value stays as it was, and the pool reconnects on the next call (on a cluster, a
-command that only reads is sent once more: see `redis_scripts.reads_only`). Async methods use
-``redis.asyncio``, with one client per event loop, closed when that loop shuts down (see
-`stores.event_loops`). On a single server the frequent commands (`read`, `version`,
-`append_if`, the compare-and-set) go straight to a connection of the client's pool
-(``send_command`` then ``read_response``), skipping the client's per-command machinery; scripts
-run by ``EVALSHA``, and by ``EVAL`` (which also loads them) when the server does not have them.
-The other operations are written once as generators of commands, run by a sync and an async
-driver; the scripts are in `stores.redis_scripts`.
+Commands are not retried: a dropped connection is a `StoreError` naming the server, the value
+stays as it was, and the pool reconnects on the next call (a command that only reads is sent once
+more: see `redis_scripts.reads_only`). The store reaches Redis through clients it makes from its
+URL, or through a redis-py client the application gave it and owns (sync or async, never closed by
+the store): how, in `stores.redis_clients`. Scripts run by ``EVALSHA``, and by ``EVAL`` (which also
+loads them) when the server does not have them. The operations are written once as generators of
+commands, run by a sync and an async driver; the scripts are in `stores.redis_scripts`.
 
 Schema 1 had no version tokens: its values are read as they are, and get a token on their next
 update. Schemas 1 and 2 had no index: a prefix of theirs is marked 3 when first written, its index
@@ -61,28 +58,23 @@ not ready until the saver rebuilds it (`set_index_ready` then builds ``keys`` by
 from __future__ import annotations
 
 import asyncio
-import inspect
 import math
-import threading
 import time
 import zlib
-from collections.abc import Collection, Generator, Hashable, Iterator
+from collections.abc import Callable, Collection, Coroutine, Generator, Hashable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 try:
     import redis
-    import redis.asyncio
-    import redis.asyncio.cluster
-    import redis.cluster
-    from redis.backoff import NoBackoff
     from redis.exceptions import RedisClusterException
-    from redis.retry import Retry
+
+    from telar_checkpoint.stores import redis_clients as clients
 except ImportError as exc:  # pragma: no cover - exercised by simulating a missing driver
     raise ImportError(f"{exc}: RedisStore needs redis; pip install 'telar-checkpoint[redis]'") from exc
 
 from telar_checkpoint._arguments import check
-from telar_checkpoint.errors import NoAsyncDriverError, StoreError, UsageError
+from telar_checkpoint.errors import StoreError, UsageError
 from telar_checkpoint.stores import redis_scripts as scripts
 from telar_checkpoint.stores.base import Change, Expiring, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.common import (
@@ -96,32 +88,12 @@ from telar_checkpoint.stores.common import (
     encode,
     gave_up,
 )
-from telar_checkpoint.stores.event_loops import PerLoop
-from telar_checkpoint.stores.url import CLUSTER_SCHEMES, cluster_nodes, scheme
-
-try:  # redis>=7: with maintenance notifications on ("auto"), the asyncio pool skips its dead-connection check
-    from redis.maint_notifications import MaintNotificationsConfig
-
-    _CLIENT_DEFAULTS: dict[str, Any] = {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
-except ImportError:  # pragma: no cover - older redis
-    _CLIENT_DEFAULTS = {}
-
-# redis<5.3 requires a command name here (a plain pool ignores it); redis>=5.3 warns when given one.
-_POOL_ARGS: tuple[str, ...] = (
-    ("GET",)
-    if inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"].default
-    is inspect.Parameter.empty
-    else ()
-)
-
-# A cluster client re-sends a command after a dropped connection (which may apply a write twice):
-# redis<6 as often as this option says, newer ones as their `retry` says (deprecating the option).
-_CLUSTER_DEFAULTS: dict[str, Any] = {"cluster_error_retry_attempts": 0} if int(redis.__version__.split(".")[0]) < 6 else {}
+from telar_checkpoint.stores.url import CLUSTER_SCHEMES, scheme
 
 SCHEMA_VERSION = 3
 """The layout of our keys; 1 and 2 are read as they are (and marked 3), a newer one is refused."""
 
-SCAN_BATCH = 1000
+SCAN_BATCH = clients.SCAN_BATCH
 """Keys asked of each ``SCAN`` call, and ids added to the key set by one ``ZADD``."""
 
 FOREIGN_SCANS = 20
@@ -190,7 +162,7 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
 
     def __init__(
         self,
-        url: str = "redis://127.0.0.1:6379/0",
+        url: str | clients.Client = "redis://127.0.0.1:6379/0",
         *,
         prefix: str = "telar:",
         connect_timeout: float = 5.0,
@@ -199,17 +171,41 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         **client_options: Any,
     ) -> None:
         """`url`: ``redis://``, ``rediss://`` or ``unix://`` for a server, ``redis+cluster://host:port[,host:port...]``
-        (or ``rediss+cluster://``) for a Redis Cluster, reached through any of the nodes named.
+        (or ``rediss+cluster://``) for a Redis Cluster, reached through any of the nodes named; or a
+        redis-py client the application made and owns, which the store uses as it is and never closes:
+        ``redis.Redis`` or ``redis.cluster.RedisCluster`` for the sync methods, ``redis.asyncio.Redis``
+        or ``redis.asyncio.cluster.RedisCluster`` for the async ones (the other kind refuses, changing
+        nothing; see `stores.redis_clients`).
         `connect_timeout` and `timeout`: seconds to wait for a connection and for a reply;
         `client_options` go to redis-py's client (``redis.Redis`` or ``redis.cluster.RedisCluster``);
+        these three are for the clients made from a URL (a given client keeps its own settings).
         `share_database`: write under a new prefix of a server that holds a LangGraph RedisSaver's keys
         (else the first write, or any operation but a read, raises ForeignStoreError, writing nothing;
         not checked on a cluster)."""
-        check(RedisStore.__init__, {k: v for k, v in locals().items() if k != "client_options"})
-        self.url = url
+        check(RedisStore.__init__, {k: v for k, v in locals().items() if k not in ("client_options", "url")})
         self.prefix = prefix
         self.share_database = share_database
-        self.cluster = scheme(url) in CLUSTER_SCHEMES
+        self._own: clients.OwnClients | None = None
+        self._given: clients.Given | None = None
+        if isinstance(url, str):
+            self.cluster = scheme(url) in CLUSTER_SCHEMES
+            own = self._own = clients.OwnClients(url, self.cluster, connect_timeout, timeout, client_options)
+            self.url, self.server, self._db = url, own.server, own.db
+            self._command: Callable[..., Any] = own.command
+            self._acommand: Callable[..., Coroutine[Any, Any, Any]] = own.acommand
+            self._scan_keys: Callable[[bytes], list[bytes]] = own.scan
+            self._ascan_keys: Callable[[bytes], Coroutine[Any, Any, list[bytes]]] = own.ascan
+        else:
+            given = self._given = clients.given(url)
+            if client_options:
+                raise UsageError(
+                    f"RedisStore was given a client and the options {sorted(client_options)}, which are for the "
+                    "clients it makes from a URL: set them on your client"
+                )
+            self.cluster, self.url, self.server, self._db = given.cluster, given.url, given.server, given.db
+            self._command, self._acommand = given.command, given.acommand
+            self._scan_keys, self._ascan_keys = given.scan, given.ascan
+        self._where = f"Redis {'cluster' if self.cluster else 'server'} at {self.server}"
         if self.cluster:
             self.kind = "redis-cluster"
             if "{" in prefix:
@@ -221,36 +217,9 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         self._expiry_key, self._leases = raw_prefix + b"expiry", raw_prefix + b"l:"
         self._prefix = raw_prefix
         self._globals = [] if self.cluster else [self._key_set, self._expiry_key]  # what a thread's scripts also update
-        self._options: dict[str, Any] = {
-            "socket_connect_timeout": connect_timeout,
-            "socket_timeout": timeout,
-            "retry": Retry(NoBackoff(), 0),
-            **_CLIENT_DEFAULTS,
-            **client_options,
-        }
-        self._lock = threading.Lock()
         self._ready = False  # the schema was checked
         self._looked = share_database  # another tool's keys were looked for (a read's check, `_look`)
         self._index_ready = False
-        if self.cluster:
-            self._nodes, self._node_options = cluster_nodes(url)
-            self.server = ",".join(f"{host}:{port}" for host, port in self._nodes)
-            self._where = f"Redis cluster at {self.server}"
-            self._client: Any = None  # connects on first use: a cluster client connects when made
-            self._direct = False
-        else:
-            try:
-                # Any: its replies are bytes (decode_responses is off), which redis-py's types cannot say
-                self._client = redis.Redis.from_url(url, **self._options)
-            except ValueError as exc:
-                raise UsageError(f"not a Redis URL: {exc}") from exc
-            # A client bound to one connection (single_connection_client), or caching replies on the
-            # client side (whose connections need the keys of each command), keeps the client's path.
-            self._direct = self._client.connection is None and getattr(self._client.connection_pool, "cache", None) is None
-            params = self._client.connection_pool.connection_kwargs
-            self.server = params.get("path") or f"{params.get('host', 'localhost')}:{params.get('port', 6379)}"
-            self._where = f"Redis server at {self.server}"
-        self._async: PerLoop[_AsyncClient] = PerLoop(self._new_async_client, _AsyncClient.aclose, _AsyncClient.abandon)
 
     # Keys
 
@@ -286,34 +255,10 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
     def _errors(self) -> AbstractContextManager[None]:
         return driver_errors(self._where, _ERRORS)
 
-    def _sync_client(self) -> Any:
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    nodes = [redis.cluster.ClusterNode(host, port) for host, port in self._nodes]
-                    options = {**_CLUSTER_DEFAULTS, **self._node_options, **self._options}
-                    self._client = redis.cluster.RedisCluster(startup_nodes=nodes, **options)
-        return self._client
-
-    def _command(self, *args: Any) -> Any:
-        """The reply to one command, sent on a connection of the pool (see the module's docs).
-        A connection error disconnects it (redis-py does), so the pool reconnects next time."""
-        if self.cluster:
-            try:
-                return self._sync_client().execute_command(*args)
-            except redis.ConnectionError:
-                if not scripts.reads_only(args):
-                    raise
-                return self._sync_client().execute_command(*args)  # see `redis_scripts.reads_only`
-        if not self._direct:
-            return self._client.execute_command(*args)
-        pool = self._client.connection_pool
-        conn = pool.get_connection(*_POOL_ARGS)
-        try:
-            conn.send_command(*args)
-            return conn.read_response()
-        finally:
-            pool.release(conn)
+    @property
+    def _client(self) -> Any:
+        """The sync client: ours, or the one given (tests write raw bytes through it)."""
+        return self._own.sync_client() if self._own is not None else self._given.client  # type: ignore[union-attr]
 
     def _eval(self, script: scripts.Script, keys: list[bytes], args: list[Any]) -> Any:
         """The reply of `script`, by EVALSHA, or by EVAL when the server does not have it."""
@@ -396,9 +341,8 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
                 complete = False
                 break
         if threads:
-            db = self._client.connection_pool.connection_kwargs.get("db", 0)
             raise refusal(
-                f"{self._where} (database {db})", "RedisSaver",
+                f"{self._where} (database {self._db})", "RedisSaver",
                 min(len(threads), THREADS_COUNTED), complete and len(threads) <= THREADS_COUNTED,
                 source=None, target=masked(self.url),
             )
@@ -607,7 +551,7 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
 
     def _scan(self, match: bytes) -> list[bytes]:
         with self._errors():
-            return list(self._sync_client().scan_iter(match=match, count=SCAN_BATCH))
+            return self._scan_keys(match)
 
     def _split(self, raw_keys: list[bytes]) -> list[str]:
         """The keys under the prefix that are not ours (shown with escapes)."""
@@ -631,50 +575,11 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         return self._split(self._scan(_glob_escape(self._prefix) + b"*"))
 
     def close(self) -> None:
-        client = self._client
-        if client is not None:
-            if self.cluster:  # the next use makes a new one
-                self._client = None
-            client.close()
-        self._async.close()
+        """Close the clients made from the URL (the next use makes new ones); a given client is left open."""
+        if self._own is not None:
+            self._own.close()
 
-    # Async: one client per event loop
-
-    def _new_async_client(self) -> _AsyncClient:
-        given = self._options.get("connection_class")
-        if given is not None and not issubclass(given, redis.asyncio.connection.AbstractConnection):
-            raise NoAsyncDriverError(
-                f"RedisStore was given connection_class={given.__module__}.{given.__qualname__}, a sync connection, "
-                "which its async methods cannot use: use the sync methods, or give it no connection_class "
-                "(for TLS, a rediss:// URL; for a socket, unix://)"
-            )
-        if self.cluster:
-            nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self._nodes]
-            options = {**_CLUSTER_DEFAULTS, **self._node_options, **self._options}
-            return _AsyncClient(redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **options), False)
-        client = redis.asyncio.Redis.from_url(self.url, **self._options)
-        direct = not client.single_connection_client and getattr(client.connection_pool, "cache", None) is None
-        return _AsyncClient(client, direct)
-
-    async def _acommand(self, *args: Any) -> Any:
-        """`_command` on the running loop's client."""
-        client, direct = self._async.current() or await self._async.get()
-        if self.cluster:
-            try:
-                return await client.execute_command(*args)
-            except redis.ConnectionError:
-                if not scripts.reads_only(args):
-                    raise
-                return await client.execute_command(*args)  # see `redis_scripts.reads_only`
-        if not direct:
-            return await client.execute_command(*args)
-        pool = client.connection_pool
-        conn = await pool.get_connection(*_POOL_ARGS)
-        try:
-            await conn.send_command(*args)
-            return await conn.read_response()
-        finally:
-            await pool.release(conn)
+    # Async
 
     async def _aeval(self, script: scripts.Script, keys: list[bytes], args: list[Any]) -> Any:
         try:
@@ -769,25 +674,11 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         await self._arun(self._release_steps(name, holder))
 
     async def akeys(self) -> list[str]:
-        client = (self._async.current() or await self._async.get()).client
         with self._errors():
-            raw = [k async for k in client.scan_iter(match=_glob_escape(self._values) + b"*", count=SCAN_BATCH)]
+            raw = await self._ascan_keys(_glob_escape(self._values) + b"*")
         return [key for key in (self._id_of(k[len(self._values) :]) for k in raw) if key is not None]
 
     async def aclose(self) -> None:
-        await self._async.aclose()
-        self.close()
-
-
-class _AsyncClient(NamedTuple):
-    """An event loop's client, and whether its commands may go straight to a connection."""
-
-    client: Any
-    direct: bool
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
-
-    def abandon(self) -> None:
-        """A client whose loop closed without shutting down: its connections cannot be closed
-        without the loop, and close when collected."""
+        """`close`, and the running loop's client made from the URL (a given client is left open)."""
+        if self._own is not None:
+            await self._own.aclose()
