@@ -130,3 +130,120 @@ def test_a_saver_on_a_plain_store_runs_a_graph_and_its_time_travel() -> None:
     past = next(s for s in graph.get_state_history(config) if s.metadata and s.metadata["step"] == 1)
     forked = graph.invoke({"messages": [("user", "again")]}, past.config)
     assert [m.content for m in forked["messages"]] == ["one", "heard 1", "again", "heard 3"]
+
+
+class PostgresGiven(StoreTests):
+    """PostgresStore on the application's own sync connection or pool (issue 41): its async methods
+    refuse (NoAsyncDriverError), another store object opens the same schema on its own URL, and
+    closing the store leaves what it was given open."""
+
+    async_calls = False
+    shared = True
+
+    def given(self):  # a psycopg Connection or a psycopg_pool ConnectionPool
+        """The application's connection or pool, open (the fixture closes it after the store)."""
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self) -> Iterator[Store]:
+        import uuid
+
+        from telar_checkpoint.stores.postgres import PostgresStore
+        from tests.stores import postgres_admin, require_server
+
+        require_server("postgres")
+        tag = f"telar_test_{uuid.uuid4().hex[:12]}"
+        given = self.given()
+        try:
+            store = PostgresStore(given, schema=tag)
+            yield store
+            store.close()
+            assert not given.closed, "closing the store closed what the application gave it"
+        finally:
+            given.close()
+            postgres_admin(f'DROP SCHEMA IF EXISTS "{tag}" CASCADE')
+
+    def opener(self, store: Store) -> Callable[[], Store]:
+        from telar_checkpoint.stores.postgres import PostgresStore
+        from tests.stores import POSTGRES_URL
+
+        return functools.partial(PostgresStore, POSTGRES_URL, schema=store.schema)  # type: ignore[attr-defined]
+
+
+class TestPostgresGivenPoolStore(PostgresGiven):
+    """A pool set up as for LangGraph's PostgresSaver (autocommit, dict rows, no prepared statements)."""
+
+    test_a_child_forked_mid_write_takes_its_own_turn = None  # a child is refused the parent's: test_postgres_given.py
+
+    def given(self):  # a psycopg Connection or a psycopg_pool ConnectionPool
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        from tests.stores import POSTGRES_URL
+
+        kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+        return ConnectionPool(POSTGRES_URL, min_size=1, max_size=4, kwargs=kwargs, timeout=30, open=True)
+
+
+class TestPostgresGivenConnectionStore(PostgresGiven):
+    """One connection, not in autocommit (the store switches it for each operation and back)."""
+
+    test_a_child_forked_mid_write_takes_its_own_turn = None  # a child is refused the parent's: test_postgres_given.py
+
+    def given(self):  # a psycopg Connection or a psycopg_pool ConnectionPool
+        import psycopg
+
+        from tests.stores import POSTGRES_URL
+
+        return psycopg.connect(POSTGRES_URL, connect_timeout=2)
+
+
+class RedisGiven(StoreTests):
+    """RedisStore on a redis-py client the test makes and owns, as an application does (redis-py's
+    defaults, its retries too): sync only, reopened from the URL on the same prefix; after the
+    store closes, the client still answers, and the test closes it."""
+
+    async_calls = False
+    shared = True
+    cluster = False
+
+    @pytest.fixture
+    def store(self, request: pytest.FixtureRequest) -> Iterator[Store]:
+        import uuid
+
+        import redis
+        import redis.cluster
+
+        from telar_checkpoint.stores.redis import RedisStore
+        from telar_checkpoint.stores.url import cluster_nodes
+        from tests.stores import REDIS_CLUSTER_URL, REDIS_URL, redis_delete_prefix, require_server
+
+        require_server("redis-cluster" if self.cluster else "redis")
+        prefix = f"telar_test_{uuid.uuid4().hex[:12]}:"
+        request.addfinalizer(lambda: redis_delete_prefix(prefix, cluster=self.cluster))
+        if self.cluster:
+            nodes, _ = cluster_nodes(REDIS_CLUSTER_URL)
+            client: redis.Redis | redis.cluster.RedisCluster = redis.cluster.RedisCluster(
+                startup_nodes=[redis.cluster.ClusterNode(*node) for node in nodes]
+            )
+        else:
+            client = redis.Redis.from_url(REDIS_URL)
+        store = RedisStore(client, prefix=prefix)
+        yield store
+        store.close()
+        assert client.ping() is True, "closing the store leaves the application's client open"
+        client.close()
+
+    def opener(self, store: Store) -> Callable[[], Store]:
+        from telar_checkpoint.stores.redis import RedisStore
+        from tests.stores import REDIS_CLUSTER_URL, REDIS_URL
+
+        return functools.partial(RedisStore, REDIS_CLUSTER_URL if self.cluster else REDIS_URL, prefix=store.prefix)  # type: ignore[attr-defined]
+
+
+class TestRedisGivenClientStore(RedisGiven):
+    cluster = False
+
+
+class TestRedisClusterGivenClientStore(RedisGiven):
+    cluster = True

@@ -37,8 +37,13 @@ only when the lease is lapsed or the holder's. A store opened without `create`
 makes them, when missing, on its first expiry or lease. Deleting a thread
 deletes its expiry in the same transaction.
 
+The store may instead be given the application's own psycopg connection or psycopg_pool pool
+(what LangGraph's PostgresSaver takes): see `stores.postgres_given`. It serves the store's sync
+methods or its async ones, and the store never closes it.
+
 Each operation is written once as a generator of ``(query, params)`` steps
-that receives each step's rows; a sync and an async driver run it. The
+that receives each step's rows; a sync and an async driver run it
+(`stores.postgres_connections`). The
 operations of one statement (`read`, `version`, `append_if`) skip the
 generator and run their statement, pre-rendered to bytes, on a lent
 connection directly.
@@ -47,16 +52,16 @@ connection directly.
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
-from collections.abc import Callable, Collection, Generator, Hashable, Iterator
+from collections.abc import Collection, Hashable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, TypeVar
 
 try:
     import psycopg
     from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict
+    from psycopg.rows import tuple_row
 except ImportError as exc:  # pragma: no cover - exercised by simulating a missing driver
     raise ImportError(f"{exc}: PostgresStore needs psycopg; pip install 'telar-checkpoint[postgres]'") from exc
 
@@ -66,14 +71,26 @@ from telar_checkpoint.errors import NoAsyncDriverError, NoStoreError, StoreError
 from telar_checkpoint.stores.base import Change, Expiring, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.common import check_schema, decode_key, decoded_keys, driver_error, driver_errors, encode, extension
 from telar_checkpoint.stores.event_loops import INHERITED, PerLoop
-from telar_checkpoint.stores.postgres_connections import AsyncConnections, Connections
+from telar_checkpoint.stores.postgres_connections import (
+    AsyncConnections,
+    AsyncLender,
+    Connections,
+    Lender,
+    Rows,
+    Steps,
+    adrive,
+    drive,
+    server_name,
+)
+from telar_checkpoint.stores.postgres_given import Given, Pool, adopt
+
+__all__ = ["PostgresStore", "server_name"]
+
+AsyncLent = TypeVar("AsyncLent", bound=AsyncLender)
 
 SCHEMA_VERSION = 3
 """The layout of our tables; 1 and 2 are migrated, a database recording a newer one is refused
 (3 added the index, which a release without it would leave behind when it writes)."""
-
-Rows = list[tuple[Any, ...]]
-Steps = Generator[tuple[sql.Composed | sql.SQL, tuple[Any, ...]], Rows, Any]
 
 
 LONG_KEY = 1024  # bytes; a longer key is indexed by its hash (b"\xff" + sha256, never UTF-8)
@@ -101,14 +118,6 @@ def _storable(text: str, key: str) -> str:
     return text
 
 
-def server_name(conninfo: str, **kwargs: Any) -> str:
-    """``host:port`` of the server that `conninfo` names, for messages."""
-    params = {**conninfo_to_dict(conninfo), **kwargs}
-    host = params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "localhost"
-    port = params.get("port") or os.environ.get("PGPORT") or "5432"
-    return f"{host}:{port}"
-
-
 class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
     """Histories as rows of ``{table_prefix}histories`` in `schema` (created if needed)."""
 
@@ -118,7 +127,7 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
 
     def __init__(
         self,
-        conninfo: str,
+        conninfo: str | psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | Pool,
         *,
         schema: str | None = None,
         table_prefix: str = "telar_",
@@ -129,22 +138,35 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         share_database: bool = False,
         **connect_kwargs: Any,
     ) -> None:
-        """`conninfo`: a libpq URL or key=value string; `max_size`: connections lent at once (sync,
-        and per event loop); `timeout`: seconds to wait for one; `connect_timeout`: seconds to wait
-        for the server; `connect_kwargs` go to `psycopg.connect` (``application_name=...``, say);
+        """`conninfo`: a libpq URL or key=value string, or the application's own connection or pool
+        (a psycopg ``Connection`` or psycopg_pool ``ConnectionPool`` for the sync methods, an
+        ``AsyncConnection`` or ``AsyncConnectionPool`` for the async ones; never closed by the store:
+        see `stores.postgres_given`); `max_size`: connections lent at once (sync, and per event loop;
+        a pool given lends its own); `timeout`: seconds to wait for one; `connect_timeout`: seconds to
+        wait for the server; `connect_kwargs` go to `psycopg.connect` (``application_name=...``, say);
         `create`: False opens only tables that already exist, creating nothing (NoStoreError
         otherwise, naming another tool's tables); `share_database`: add our tables beside a LangGraph
         PostgresSaver's (else, when the schema holds its tables and none of ours, the first operation
         raises ForeignStoreError, creating nothing)."""
-        check(PostgresStore.__init__, {k: v for k, v in locals().items() if k != "connect_kwargs"})
-        self.conninfo = conninfo
+        check(PostgresStore.__init__, {k: v for k, v in locals().items() if k not in ("connect_kwargs", "conninfo")})
         self.create = create
         self.share_database = share_database
         self.schema = schema
-        try:
-            self.server = server_name(conninfo, **connect_kwargs)
-        except psycopg.ProgrammingError as exc:
-            raise UsageError(f"not a PostgreSQL connection string: {exc}") from exc
+        self._given: Given | None = None
+        if isinstance(conninfo, str):
+            self.conninfo = conninfo
+            try:
+                self.server = server_name(conninfo, **connect_kwargs)
+            except psycopg.ProgrammingError as exc:
+                raise UsageError(f"not a PostgreSQL connection string: {exc}") from exc
+        else:
+            self._given = adopt(conninfo, timeout)
+            if connect_kwargs:
+                raise UsageError(
+                    f"PostgresStore was given {self._given.what}: it connects nothing itself, so it takes no "
+                    f"connection options ({', '.join(sorted(connect_kwargs))}); set them where the application connects"
+                )
+            self.conninfo, self.server = self._given.conninfo, self._given.server
         self._where = f"PostgreSQL server at {self.server}"
         self._kwargs = {"connect_timeout": max(2, round(connect_timeout)), **connect_kwargs, "autocommit": True}
         self._limits = (max_size, timeout)
@@ -154,8 +176,8 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         self._lock = threading.Lock()
         self._pid = forks.pid
         self._hot: dict[str, bytes] | None = None
-        self._connections = Connections(self._connect, self.server, *self._limits)
-        self._async_connections: PerLoop[AsyncConnections] = PerLoop(
+        self._connections: Lender = Connections(self._connect, self.server, *self._limits) if self._given is None else self._given.sync
+        self._async_connections: PerLoop[AsyncConnections] = PerLoop(  # (unused when given a connection or pool)
             self._new_async_connections, AsyncConnections.aclose, AsyncConnections.close
         )
 
@@ -176,12 +198,15 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
 
     def _check_pid(self) -> None:
         """In a forked child, start afresh: the parent's connections are its own (closing one
-        from here would end it for the parent), so they are kept, never used nor closed."""
-        if self._pid != forks.pid:
+        from here would end it for the parent), so they are kept, never used nor closed. (A connection
+        or pool the application gave is the parent's too: its lender refuses it in a child.)"""
+        if self._pid == forks.pid:
+            return
+        if self._given is None:
             INHERITED.append(self._connections)
             self._async_connections.forget()
-            self._pid, self._lock = forks.pid, threading.Lock()
             self._connections = Connections(self._connect, self.server, *self._limits)
+        self._pid, self._lock = forks.pid, threading.Lock()
 
     # Operations, each written once as steps
 
@@ -350,7 +375,7 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
     def _errors(self) -> AbstractContextManager[None]:
         return driver_errors(self._where, psycopg.Error)
 
-    def _lender(self) -> Connections:
+    def _lender(self) -> Lender:
         """The sync connections, once the tables are set up (in this process)."""
         if self._pid != forks.pid:
             self._check_pid()
@@ -358,13 +383,13 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
             with self._lock:
                 if not self._ready:
                     with self._connections.connection() as conn, conn.transaction():
-                        _drive(self._setup_steps(), lambda q, p: _fetch(conn.execute(q, p)))
+                        drive(self._setup_steps(), conn)
                     self._ready = True
         return self._connections
 
     def _run(self, steps: Steps, *, transaction: bool = False) -> Any:
         with self._errors(), self._lender().connection() as conn, conn.transaction() if transaction else nullcontext():
-            return _drive(steps, lambda query, params: _fetch(conn.execute(query, params)))
+            return drive(steps, conn)
 
     def _one(self, name: str, params: tuple[Any, ...]) -> Rows:
         """The rows of one statement of `_Queries.hot`, run in autocommit: the path of the
@@ -373,8 +398,10 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
             lender = self._connections if self._ready and self._pid == forks.pid else self._lender()
             conn = lender.get()
             try:
-                # Each hot statement returns rows (SELECT, or INSERT ... RETURNING).
-                return conn.execute(self._hot[name] if self._hot is not None else self._render(conn)[name], params).fetchall()
+                # Each hot statement returns rows (SELECT, or INSERT ... RETURNING). A cursor of our own row
+                # factory, as fast as conn.execute: a connection given may make dicts (a pool for PostgresSaver).
+                cursor = conn.cursor(row_factory=tuple_row)
+                return cursor.execute(self._hot[name] if self._hot is not None else self._render(conn)[name], params).fetchall()
             finally:
                 lender.put(conn)
         except psycopg.Error as exc:
@@ -387,20 +414,27 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
 
     def close(self) -> None:
         """Close the idle connections (sync, and those of event loops that ended); the store
-        stays usable and connects again when next used."""
+        stays usable and connects again when next used. A connection or pool the application
+        gave is left open (the application closes it)."""
         self._connections.close()
         self._async_connections.close()
 
     # The async driver
 
-    async def _async_lender(self) -> AsyncConnections:
-        """The running loop's connections, once the tables are set up."""
+    async def _async_lender(self) -> AsyncLender:
+        """The running loop's connections, or the async connection or pool given, once the tables are set up."""
+        return await self._own_async_lender() if self._given is None else await self._set_up(self._given.async_lender())
+
+    async def _own_async_lender(self) -> AsyncConnections:
+        """The running loop's connections (of a store given no connection or pool), once the tables are set up."""
         if self._pid != forks.pid:
             self._check_pid()
-        lender = await self._async_connections.get()
+        return await self._set_up(await self._async_connections.get())
+
+    async def _set_up(self, lender: AsyncLent) -> AsyncLent:
         if not self._ready:
             async with lender.connection() as conn, conn.transaction():
-                await _adrive(self._setup_steps(), conn)
+                await adrive(self._setup_steps(), conn)
             self._ready = True
         return lender
 
@@ -408,16 +442,18 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         with self._errors():
             async with (await self._async_lender()).connection() as conn:
                 if not transaction:
-                    return await _adrive(steps, conn)
+                    return await adrive(steps, conn)
                 async with conn.transaction():
-                    return await _adrive(steps, conn)
+                    return await adrive(steps, conn)
 
     async def _aone(self, name: str, params: tuple[Any, ...]) -> Rows:
         """`_one`, on the running loop's connections."""
+        if self._given is not None:
+            return await self._aone_given(name, params)
         try:
             lender = self._async_connections.current() if self._ready and self._pid == forks.pid else None
             if lender is None:
-                lender = await self._async_lender()
+                lender = await self._own_async_lender()
             conn = await lender.get()
             try:
                 cursor = await conn.execute(self._hot[name] if self._hot is not None else self._render(conn)[name], params)
@@ -426,6 +462,14 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
                 lender.put(conn)
         except psycopg.Error as exc:
             raise driver_error(self._where, exc) from exc
+
+    async def _aone_given(self, name: str, params: tuple[Any, ...]) -> Rows:
+        """`_aone`, on the async connection or pool given (whose lender gives back asynchronously)."""
+        with self._errors():
+            async with (await self._async_lender()).connection() as conn:
+                cursor = conn.cursor(row_factory=tuple_row)
+                await cursor.execute(self._hot[name] if self._hot is not None else self._render(conn)[name], params)
+                return await cursor.fetchall()
 
     async def aclose(self) -> None:
         """`close`, and close the running loop's connections now."""
@@ -688,29 +732,6 @@ class _Queries:
     def __getattr__(self, name: str) -> sql.Composed:
         """(Only for type checkers: every statement is an attribute, set by `__init__`.)"""
         raise AttributeError(name)
-
-
-def _fetch(cursor: Any) -> Rows:
-    return cursor.fetchall() if cursor.description else []
-
-
-def _drive(steps: Steps, execute: Callable[[sql.Composed | sql.SQL, tuple[Any, ...]], Rows]) -> Any:
-    try:
-        query, params = next(steps)
-        while True:
-            query, params = steps.send(execute(query, params))
-    except StopIteration as stop:
-        return stop.value
-
-
-async def _adrive(steps: Steps, conn: psycopg.AsyncConnection[Any]) -> Any:
-    try:
-        query, params = next(steps)
-        while True:
-            cursor = await conn.execute(query, params)
-            query, params = steps.send(await cursor.fetchall() if cursor.description else [])
-    except StopIteration as stop:
-        return stop.value
 
 
 def _bound(start: str) -> bytes:

@@ -1,5 +1,6 @@
 """PostgreSQL connections lent to one operation at a time: `Connections` (sync) and
-`AsyncConnections` (one per event loop, see `stores.event_loops`).
+`AsyncConnections` (one per event loop, see `stores.event_loops`), and the drivers that run an
+operation's steps on a lent connection (`drive`, `adrive`).
 
 They replace psycopg_pool, for two measured reasons. After the server dropped its connections
 (restart, failover, idle timeout), the pool checked each dead one in turn with backoff, so the next
@@ -16,18 +17,85 @@ per event loop); a call waits up to `timeout` seconds for one. Idle connections 
 from __future__ import annotations
 
 import asyncio
+import os
 import select
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Generic, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, contextmanager
+from typing import Any, Generic, Protocol, TypeVar
 
 import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
 
 from telar_checkpoint.errors import StoreError
 
 Conn = TypeVar("Conn", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
+Rows = list[tuple[Any, ...]]
+Steps = Generator[tuple[sql.Composed | sql.SQL, tuple[Any, ...]], Rows, Any]
+"""An operation: the ``(query, params)`` it runs, each sent back its rows; it returns its result."""
+
+
+def drive(steps: Steps, conn: psycopg.Connection[Any]) -> Any:
+    """Run `steps` on `conn`, each statement through a cursor of tuple rows (a connection the
+    application gave may make dicts: a pool set up for LangGraph's PostgresSaver does)."""
+    try:
+        query, params = next(steps)
+        while True:
+            cursor = conn.cursor(row_factory=tuple_row).execute(query, params)
+            query, params = steps.send(cursor.fetchall() if cursor.description else [])
+    except StopIteration as stop:
+        return stop.value
+
+
+async def adrive(steps: Steps, conn: psycopg.AsyncConnection[Any]) -> Any:
+    """`drive`, on an async connection."""
+    try:
+        query, params = next(steps)
+        while True:
+            cursor = await conn.cursor(row_factory=tuple_row).execute(query, params)
+            query, params = steps.send(await cursor.fetchall() if cursor.description else [])
+    except StopIteration as stop:
+        return stop.value
+
+
+class Lender(Protocol):
+    """What lends the store's sync methods a connection: `Connections`, or one the application
+    gave (`stores.postgres_given`)."""
+
+    def get(self) -> psycopg.Connection[Any]:
+        """A connection for one operation, in autocommit; give it back with `put`."""
+
+    def put(self, conn: psycopg.Connection[Any]) -> None:
+        """Give back a connection `get` lent, outside any transaction."""
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """`get`, and `put` at the end of the block."""
+
+    def close(self) -> None:
+        """Close what the lender opened (never what the application gave)."""
+
+
+class AsyncLender(Protocol):
+    """What lends the store's async methods a connection: the running loop's `AsyncConnections`,
+    or one the application gave (their `put` is sync for the one, async for the other: the store's
+    hot path takes `AsyncConnections.get` and `put` itself)."""
+
+    def connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+        """A connection for one operation, in autocommit, given back at the end of the block."""
+
+    def close(self) -> None:
+        """Close what the lender opened (never what the application gave)."""
+
+
+def server_name(conninfo: str, **kwargs: Any) -> str:
+    """``host:port`` of the server that `conninfo` names, for messages."""
+    params = {**conninfo_to_dict(conninfo), **kwargs}
+    host = params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "localhost"
+    port = params.get("port") or os.environ.get("PGPORT") or "5432"
+    return f"{host}:{port}"
 
 if hasattr(select, "poll"):
 
