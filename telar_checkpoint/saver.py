@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 import uuid
 import weakref
@@ -74,6 +75,25 @@ SWEEP_PASS = 10_000  # threads one pass of the background sweep handles at most
 SWEEP_LEASE = "sweep"  # the lease that keeps two sweeps of a store from running at once
 LEASE_SECONDS = 300.0  # how long a sweep's lease lasts unless renewed (after each batch)
 Version = int | str
+AppConnection = Any  # a psycopg connection or pool, or a redis-py client, the application's own (see TelarSaver)
+
+
+def _given_store(target: object, share_database: bool) -> Store | None:
+    """A store on the application's own connection, pool or client (`target`), or None when it is
+    none: psycopg's and psycopg_pool's objects make a `PostgresStore`, redis-py's a `RedisStore`.
+    Neither driver is imported unless the application has imported it (it made `target` with it)."""
+    module = type(target).__module__.split(".")[0]
+    if module in ("psycopg", "psycopg_pool") and module in sys.modules:
+        from telar_checkpoint.stores.postgres import PostgresStore
+
+        return PostgresStore(target, share_database=share_database)  # type: ignore[arg-type]  # (it refuses what it cannot serve)
+    if module == "redis" and "redis" in sys.modules:
+        from telar_checkpoint.stores.redis import RedisStore
+        from telar_checkpoint.stores.redis_clients import is_redis_object
+
+        if is_redis_object(target):
+            return RedisStore(target)  # type: ignore[arg-type]  # (a pipeline is refused in our words)
+    return None
 
 
 def _open_store(target: str | os.PathLike[str] | None, share_database: bool = False) -> Store:
@@ -91,8 +111,8 @@ def _check_arguments(store: object, serde: object, keep_finished_subgraphs: obje
     (`others` by their annotations in `TelarSaver.__init__`)."""
     if store is not None and not isinstance(store, (Store, str, os.PathLike)):
         raise ArgumentTypeError(
-            f"store must be a Store, a directory path or a store URL (sqlite:///x.db, postgresql://..., "
-            f"redis://...), not {type(store).__name__}"
+            f"store must be a Store, a directory path, a store URL (sqlite:///x.db, postgresql://..., "
+            f"redis://...), or the application's own psycopg connection or pool or redis-py client, not {type(store).__name__}"
         )
     if serde is not None and not (callable(getattr(serde, "dumps_typed", None)) and callable(getattr(serde, "loads_typed", None))):
         raise ArgumentTypeError(
@@ -150,7 +170,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     `store` is a `Store`, a directory path (a `FileStore`, the directory made if
     missing), None for `./.telar-checkpoint`, or a store URL (a string with
     ``://``, as `from_conn_string` takes: ``sqlite:///x.db``, ``postgresql://...``,
-    ``redis://...``). A store the saver opened from a path or URL is the saver's:
+    ``redis://...``), or the application's own connection, pool or client: a psycopg
+    ``Connection``, ``AsyncConnection``, psycopg_pool ``ConnectionPool`` or ``AsyncConnectionPool``
+    (a `PostgresStore` on it), or a redis-py ``Redis``, ``RedisCluster`` or their asyncio twins (a
+    `RedisStore`); a sync one serves the sync methods, an async one the async methods, and the
+    saver never closes it. A store the saver opened from a path or URL is the saver's:
     ``with TelarSaver(url) as saver:`` closes it (or ``saver.store.close()``).
     `max_history` keeps the last N checkpoints of each
     thread (None: unbounded). `serde` serializes state values (default: the
@@ -176,7 +200,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     def __init__(
         self,
-        store: Store | str | os.PathLike[str] | None = None,
+        store: Store | str | os.PathLike[str] | AppConnection | None = None,
         *,
         max_history: int | None = None,
         serde: SerializerProtocol | None = None,
@@ -186,6 +210,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         clock: Clock | None = None,
         ttl: TTL | Mapping[str, Any] | None = None,
     ) -> None:
+        given = _given_store(store, share_database) if not isinstance(store, (Store, str, os.PathLike, type(None))) else None
+        if given is not None:  # the application's own connection, pool or client: the store is ours, what it holds is not
+            store = given
         _check_arguments(store, serde, keep_finished_subgraphs, max_history, share_database=share_database, schema=schema)
         if clock is not None and not callable(clock):
             raise ArgumentTypeError(f"clock must be a function giving the time in seconds (as time.time), not {type(clock).__name__}")
