@@ -22,12 +22,15 @@ from telar_checkpoint.errors import StoreError
 from telar_checkpoint.stores import FileStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from tests.stores import (
+    REDIS_URL,
     child_exit_code,
     describe,
     make_store,
     postgres_admin,
     redis_admin,
+    redis_delete_prefix,
     reopen,
+    require_server,
     unavailable,
 )
 
@@ -326,3 +329,43 @@ def test_redis_server_down_then_back(private_redis: Any) -> None:
         assert store.update("t", append("after\n")) == "before\nafter\n"
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_redis_calls_past_max_connections_wait_for_one(asynchronous: bool, request: pytest.FixtureRequest) -> None:
+    """More calls at once than the store's connections wait for a free one (redis-py's plain pool
+    refused them past 100 with "Too many connections": 256 concurrent runs did that), and the
+    store never opens more than `max_connections`."""
+    import uuid
+    from concurrent.futures import ThreadPoolExecutor
+
+    from telar_checkpoint.stores.redis import RedisStore
+
+    require_server("redis")
+    tag = f"telar_test_{uuid.uuid4().hex[:12]}"
+    store = RedisStore(REDIS_URL, prefix=f"{tag}:", max_connections=3, client_name=tag)
+    request.addfinalizer(lambda: redis_delete_prefix(f"{tag}:"))
+    request.addfinalizer(store.close)
+    store.write("t", "one\n")
+    admin = redis_admin()
+
+    def connections() -> int:
+        return sum(1 for client in admin.client_list() if client.get("name") == tag)
+
+    before = connections()  # the sync client's (async calls have a client of their own)
+
+    if asynchronous:
+
+        async def main() -> tuple[list[str | None], int]:
+            reads = await asyncio.gather(*(store.aread("t") for _ in range(200)))
+            opened = connections()
+            await store.aclose()
+            return list(reads), opened
+
+        reads, opened = asyncio.run(main())
+    else:
+        with ThreadPoolExecutor(max_workers=50) as pool:
+            reads = list(pool.map(lambda _: store.read("t"), range(200)))
+        opened, before = connections(), 0
+    assert reads == ["one\n"] * 200
+    assert 1 <= opened - before <= 3

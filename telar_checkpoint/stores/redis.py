@@ -167,6 +167,7 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         prefix: str = "telar:",
         connect_timeout: float = 5.0,
         timeout: float | None = 30.0,
+        max_connections: int = 64,
         share_database: bool = False,
         **client_options: Any,
     ) -> None:
@@ -177,8 +178,10 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         or ``redis.asyncio.cluster.RedisCluster`` for the async ones (the other kind refuses, changing
         nothing; see `stores.redis_clients`).
         `connect_timeout` and `timeout`: seconds to wait for a connection and for a reply;
+        `max_connections`: connections of each client on a single server (the sync one, and one per
+        event loop), a call waiting up to `timeout` for a free one;
         `client_options` go to redis-py's client (``redis.Redis`` or ``redis.cluster.RedisCluster``);
-        these three are for the clients made from a URL (a given client keeps its own settings).
+        these four are for the clients made from a URL (a given client keeps its own settings).
         `share_database`: write under a new prefix of a server that holds a LangGraph RedisSaver's keys
         (else the first write, or any operation but a read, raises ForeignStoreError, writing nothing;
         not checked on a cluster)."""
@@ -189,7 +192,7 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         self._given: clients.Given | None = None
         if isinstance(url, str):
             self.cluster = scheme(url) in CLUSTER_SCHEMES
-            own = self._own = clients.OwnClients(url, self.cluster, connect_timeout, timeout, client_options)
+            own = self._own = clients.OwnClients(url, self.cluster, connect_timeout, timeout, client_options, max_connections)
             self.url, self.server, self._db = url, own.server, own.db
             self._command: Callable[..., Any] = own.command
             self._acommand: Callable[..., Coroutine[Any, Any, Any]] = own.acommand

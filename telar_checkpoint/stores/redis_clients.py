@@ -88,17 +88,40 @@ def _name(client: object) -> str:
 # --- Our own clients, made from a URL ---
 
 
+def _blocking(client_class: Any, pool_class: Any, url: str, options: dict[str, Any]) -> Any:
+    """A client of `client_class` on a `pool_class` pool (a blocking one) made from `url`, which
+    closes its pool when it is closed (as ``from_url``'s clients do)."""
+    client = client_class(connection_pool=pool_class.from_url(url, **options))
+    client.auto_close_connection_pool = True
+    return client
+
+
 class OwnClients:
     """The clients a store makes from its URL: a sync one, made at once on a single server and on
     first use on a cluster, and one async client per event loop."""
 
-    def __init__(self, url: str, cluster: bool, connect_timeout: float, timeout: float | None, client_options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        url: str,
+        cluster: bool,
+        connect_timeout: float,
+        timeout: float | None,
+        client_options: dict[str, Any],
+        max_connections: int = 64,
+    ) -> None:
         self.url, self.cluster = url, cluster
+        # On a single server, each client's connections are at most `max_connections`, and a call
+        # waits for a free one (up to `timeout`, 30 s when that is None) instead of failing: redis-py's
+        # plain pool raises "Too many connections" past 100 (256 concurrent runs did that). Options
+        # that choose the pool (connection_pool_class) are the caller's to choose.
+        self._blocking = not cluster and not {"connection_pool_class", "connection_pool", "single_connection_client"} & set(client_options)
+        pool = {"max_connections": max_connections, "timeout": 30.0 if timeout is None else timeout} if self._blocking else {}
         self.options: dict[str, Any] = {
             "socket_connect_timeout": connect_timeout,
             "socket_timeout": timeout,
             "retry": Retry(NoBackoff(), 0),
             **CLIENT_DEFAULTS,
+            **pool,
             **client_options,
         }
         options = self.options
@@ -111,7 +134,10 @@ class OwnClients:
             self.server = ",".join(f"{host}:{port}" for host, port in self._nodes)
         else:
             try:
-                self.client = redis.Redis.from_url(url, **options)
+                if self._blocking:
+                    self.client = _blocking(redis.Redis, redis.BlockingConnectionPool, url, options)
+                else:
+                    self.client = redis.Redis.from_url(url, **options)
             except ValueError as exc:
                 raise UsageError(f"not a Redis URL: {exc}") from exc
             # A client bound to one connection (single_connection_client), or caching replies on the
@@ -174,7 +200,10 @@ class OwnClients:
             nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self._nodes]
             options = {**_CLUSTER_DEFAULTS, **self._node_options, **self.options}
             return _AsyncClient(redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **options), False)
-        client = redis.asyncio.Redis.from_url(self.url, **self.options)
+        if self._blocking:
+            client = _blocking(redis.asyncio.Redis, redis.asyncio.BlockingConnectionPool, self.url, self.options)
+        else:
+            client = redis.asyncio.Redis.from_url(self.url, **self.options)
         direct = not client.single_connection_client and getattr(client.connection_pool, "cache", None) is None
         return _AsyncClient(client, direct)
 
