@@ -199,3 +199,21 @@ def test_put_floor_stores_one_exact_line_a_put() -> None:
     assert [line["id"] for line in lines] == chain.ids
     assert lines[-1]["values"]["messages"][1]["$model"]["fields"]["content"] == chat[1].content
     assert all(_number(put_floor.median_put(name, 2, 3)) for name in put_floor.SAVERS)
+
+
+def test_load_runs_conversations_at_once_and_reports_every_figure(tmp_path: Path) -> None:
+    """benchmarks.load, memory store against InMemorySaver, async and threads: every invoke timed
+    (a turn, and a resume where the tool asked), ratios written, the saver's hold measured."""
+    from benchmarks import load
+
+    out = tmp_path / "load.json"
+    load.main(["--stores", "memory", "--modes", "async,threads", "--concurrency", "4", "--runs", "1", "--turns", "4", "--out", str(out)])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["mode"], r["concurrency"]) for r in rows] == [("async", 4), ("threads", 4)]
+    for row in rows:
+        for saver in ("Telar/memory", "InMemorySaver"):
+            figures = row[saver]
+            assert figures["invokes"] == 4 * (4 + 1)  # turn 4 of each conversation paused, then resumed
+            assert figures["p50_ms"] <= figures["p99_ms"] <= figures["p999_ms"]
+        assert row["ratios"]["throughput"] > 0
+    assert rows[0]["Telar/memory"]["hold_cpu_ms"] > 0  # (async: the saver's steps were timed)
