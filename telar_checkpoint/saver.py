@@ -60,7 +60,7 @@ from telar_checkpoint.schema import Schema, SchemaThreads
 from telar_checkpoint.serde_allowlist import with_msgpack_allowlist
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
-from telar_checkpoint.stores.base import Change, Expiring, Store
+from telar_checkpoint.stores.base import ABSENT, Change, Expiring, Store
 from telar_checkpoint.stores.file import FileStore
 from telar_checkpoint.thread_index import ThreadIndex, metadata_terms
 from telar_checkpoint.values import ValueCodec
@@ -343,7 +343,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         store, versioned = self.store, self._writer.versioned
         version = (yield call(versioned.version, versioned.aversion, thread_id)) if versioned is not None else None
         history = self._writer.histories.get(thread_id, version)
-        if history is None:
+        if history is None and versioned is not None and version is None:  # nothing stored: nothing to read
+            history = self._writer.histories.parse(thread_id, None, ABSENT)
+        elif history is None:
             text = yield call(store.read, store.aread, thread_id)
             version_after = None
             if versioned is not None and version is not None:

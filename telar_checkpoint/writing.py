@@ -37,7 +37,7 @@ from telar_checkpoint.format import WritesLine
 from telar_checkpoint.history import History
 from telar_checkpoint.rules import Put, apply
 from telar_checkpoint.steps import Steps, arun, call, run
-from telar_checkpoint.stores.base import Store, Versioned
+from telar_checkpoint.stores.base import ABSENT, Store, Versioned
 from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.thread_index import ThreadIndex
 
@@ -273,14 +273,17 @@ class Writer:
         thread before an append; all of them before an update, as the thread may have been
         deleted, and its terms with it, since. Nothing is asked of the store before the edit:
         `append_if` only appends if the store is still at that version, so a stale history costs
-        a retry. An error of the edit (a put that would make a cycle) is raised before any write."""
+        a retry; a thread this saver read as holding nothing is kept at version `ABSENT`, and its
+        first write creates it in one step where the store can (else it updates). An error of the
+        edit (a put that would make a cycle) is raised before any write."""
         versioned, indexed = self.versioned, self.index.indexed
         terms = None if type(change) is WritesLine else change.terms  # type: ignore[union-attr]
         kept = self.histories.latest(thread_id) if versioned is not None and type(change) is not RewriteThread else None
         if kept is not None and kept.version is not None:
             history, made = apply(kept.history, change, keep_finished_calls=self.keep_finished_calls)  # type: ignore[arg-type]
             if type(made) is Append:
-                if terms and indexed is not None and (new := self.index.new_terms(thread_id, terms)):
+                # (all of a thread read as absent: it may have been deleted, and its terms with it, since recorded)
+                if terms and indexed is not None and (new := terms if kept.version is ABSENT else self.index.new_terms(thread_id, terms)):
                     yield call(indexed.index, indexed.aindex, thread_id, new)
                     self.index.recorded(thread_id, new)
                 suffix = made.text

@@ -369,3 +369,38 @@ def test_redis_calls_past_max_connections_wait_for_one(asynchronous: bool, reque
         opened, before = connections(), 0
     assert reads == ["one\n"] * 200
     assert 1 <= opened - before <= 3
+
+
+@pytest.mark.parametrize("kind", ["memory", "postgres", "redis"])
+def test_a_new_threads_first_write_creates_it_in_one_step(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A thread the saver read as holding nothing is created by its first put in one step
+    (`append_if` at `ABSENT`), not by an update (read, then write, in a transaction or a
+    compare-and-set): the first turn of 256 conversations started at once was the load
+    benchmark's tail. The thread then reads as a graph wrote it."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from telar_checkpoint import TelarSaver
+    from telar_checkpoint.stores.base import ABSENT
+
+    store = make_store(kind, tmp_path, request)
+    store.write("first", "x\n")  # (a Redis store creates at ABSENT once its schema was checked, by a first write)
+    assert store.append_if("probe", "x\n", ABSENT) is not None, "this store creates at ABSENT"  # type: ignore[attr-defined]
+    updates: list[str] = []
+    update_versioned = store.update_versioned  # type: ignore[attr-defined]
+
+    def counted(key: str, change: Any) -> Any:
+        updates.append(key)
+        return update_versioned(key, change)
+
+    store.update_versioned = counted  # type: ignore[attr-defined]
+    builder = StateGraph(MessagesState)
+    builder.add_node("answer", lambda state: {"messages": [("ai", f"heard {len(state['messages'])}")]})
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    graph = builder.compile(checkpointer=TelarSaver(store))
+    config = {"configurable": {"thread_id": "new"}}
+    graph.invoke({"messages": [("user", "one")]}, config)
+    graph.invoke({"messages": [("user", "two")]}, config)
+    assert updates == []
+    assert [m.content for m in graph.get_state(config).values["messages"]] == ["one", "heard 1", "two", "heard 3"]
+    assert len(list(TelarSaver(store).list(config))) == 6

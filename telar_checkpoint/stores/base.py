@@ -99,10 +99,25 @@ class Store(ABC):
         await self.aclose()
 
 
+class _Absent:
+    """The type of `ABSENT`."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Hashable = _Absent()
+"""The version of a key that holds nothing, for `Versioned.append_if` (never a store's version)."""
+
+
 class Versioned(ABC):
     """An optional protocol of a `Store`: a token that changes with every write of a key, and an
     append at one. The saver keeps what it parsed with the version it came from, and appends
-    without reading the whole value again; a store without it is read whole."""
+    without reading the whole value again; a store without it is read whole.
+
+    `append_if(key, suffix, ABSENT)` creates `key` holding `suffix` only if it holds nothing, in
+    one step (a new thread's first write, which otherwise takes an update); a store may answer
+    None to it always, and the saver then updates."""
 
     @abstractmethod
     def version(self, key: str) -> Hashable | None:

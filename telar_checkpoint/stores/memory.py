@@ -7,7 +7,7 @@ import heapq
 import threading
 from collections.abc import Collection, Hashable, Iterator
 
-from telar_checkpoint.stores.base import Change, Expiring, Indexed, Store, Versioned
+from telar_checkpoint.stores.base import ABSENT, Change, Expiring, Indexed, Store, Versioned
 
 
 class MemoryStore(Store, Versioned, Indexed, Expiring):
@@ -74,6 +74,8 @@ class MemoryStore(Store, Versioned, Indexed, Expiring):
 
     def append_if(self, key: str, suffix: str, version: Hashable) -> int | None:
         with self._lock:
+            if version is ABSENT:
+                return None if key in self._data else self._set(key, suffix)
             if key not in self._data or self._versions.get(key) != version:
                 return None
             self._data[key].append(suffix)

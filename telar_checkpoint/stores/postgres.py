@@ -68,7 +68,7 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating a missi
 from telar_checkpoint import forks
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import NoAsyncDriverError, NoStoreError, StoreError, UsageError
-from telar_checkpoint.stores.base import Change, Expiring, Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.base import ABSENT, Change, Expiring, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.common import check_schema, decode_key, decoded_keys, driver_error, driver_errors, encode, extension
 from telar_checkpoint.stores.event_loops import INHERITED, PerLoop
 from telar_checkpoint.stores.postgres_connections import (
@@ -487,9 +487,12 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         return rows[0][0] if rows else None
 
     def append_if(self, key: str, suffix: str, version: Hashable) -> int | None:
-        if not isinstance(version, int):
+        if version is ABSENT:
+            rows = self._one("create", (_key(key), _full_key(key), _storable(suffix, key)))
+        elif isinstance(version, int):
+            rows = self._one("append_if", (_key(key), version, _storable(suffix, key)))
+        else:
             return None
-        rows = self._one("append_if", (_key(key), version, _storable(suffix, key)))
         return rows[0][0] if rows else None
 
     def update(self, key: str, change: Change) -> str | None:
@@ -611,9 +614,12 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         return rows[0][0] if rows else None
 
     async def aappend_if(self, key: str, suffix: str, version: Hashable) -> int | None:
-        if not isinstance(version, int):
+        if version is ABSENT:
+            rows = await self._aone("create", (_key(key), _full_key(key), _storable(suffix, key)))
+        elif isinstance(version, int):
+            rows = await self._aone("append_if", (_key(key), version, _storable(suffix, key)))
+        else:
             return None
-        rows = await self._aone("append_if", (_key(key), version, _storable(suffix, key)))
         return rows[0][0] if rows else None
 
     async def aupdate(self, key: str, change: Change) -> str | None:
@@ -671,6 +677,10 @@ _STATEMENTS = {
     "thread_version": "SELECT version FROM {threads} WHERE key = %s",
     "append_if": f"{_BUMPED} AND version = %s {_INSERTED}",
     "bump_and_insert": f"{_BUMPED} {_INSERTED}",
+    # A new thread's first write, in one statement: nothing when the thread is there (an update
+    # creating it holds its placeholder row until it commits, and this waits for it)
+    "create": "WITH made AS (INSERT INTO {threads} VALUES (%s, nextval({versions_name}), %s) ON CONFLICT (key) DO NOTHING "
+    "RETURNING key, version) INSERT INTO {chunks} SELECT key, version, %s FROM made RETURNING seq",
     "lock_thread": "INSERT INTO {threads} AS t VALUES (%s, 0, %s) ON CONFLICT (key) DO UPDATE SET version = t.version RETURNING version",
     "delete_thread": "DELETE FROM {threads} WHERE key = %s",
     "delete_chunks": "DELETE FROM {chunks} WHERE key = %s",
@@ -727,7 +737,7 @@ class _Queries:
         self.setup += [compose(text) for text in _SETUP] + self.expiry_setup
         self.migrate_v1 = [compose(text) for text in _MIGRATE_V1]
         vars(self).update({name: compose(text) for name, text in _STATEMENTS.items()})
-        self.hot = {name: vars(self)[name] for name in ("read", "thread_version", "append_if")}
+        self.hot = {name: vars(self)[name] for name in ("read", "thread_version", "append_if", "create")}
 
     def __getattr__(self, name: str) -> sql.Composed:
         """(Only for type checkers: every statement is an attribute, set by `__init__`.)"""

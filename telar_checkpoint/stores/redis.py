@@ -76,7 +76,7 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating a missi
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import StoreError, UsageError
 from telar_checkpoint.stores import redis_scripts as scripts
-from telar_checkpoint.stores.base import Change, Expiring, Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.base import ABSENT, Change, Expiring, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.common import (
     attempts,
     check_schema,
@@ -490,7 +490,23 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         except _ERRORS as exc:
             raise driver_error(self._where, exc) from exc
 
+    def _creation(self, key: str, suffix: str) -> tuple[list[bytes], list[Any]] | None:
+        """The compare-and-set that creates `key` holding `suffix` if it holds nothing (`ABSENT`),
+        on a single server whose schema was checked; None elsewhere (the saver then updates: on a
+        cluster, a thread's creation also writes the key set, in another slot)."""
+        if self.cluster or not self._ready:
+            return None
+        raw = encode(key)
+        return self._thread_keys(raw), [*scripts.plan(None, None, None, suffix), raw, self._term_keys]  # type: ignore[misc]
+
     def append_if(self, key: str, suffix: str, version: Hashable) -> Version | None:
+        if version is ABSENT:
+            creation = self._creation(key, suffix)
+            if creation is None:
+                return None
+            with self._errors():
+                length = self._eval(scripts.COMPARE_AND_SET, *creation)
+            return None if length is None else (creation[1][-3], int(length))
         expected = _expected(version)
         if expected is None:
             return None
@@ -617,6 +633,13 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
             return _version(await self._aeval(scripts.VERSION, self._raw_keys_of(key), []))
 
     async def aappend_if(self, key: str, suffix: str, version: Hashable) -> Version | None:
+        if version is ABSENT:
+            creation = self._creation(key, suffix)
+            if creation is None:
+                return None
+            with self._errors():
+                length = await self._aeval(scripts.COMPARE_AND_SET, *creation)
+            return None if length is None else (creation[1][-3], int(length))
         expected = _expected(version)
         if expected is None:
             return None

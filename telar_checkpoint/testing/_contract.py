@@ -20,7 +20,7 @@ except ImportError as exc:  # pragma: no cover - the test extra is missing
     raise ImportError("telar_checkpoint.testing needs pytest and hypothesis: pip install 'telar-checkpoint[test]'") from exc
 
 from telar_checkpoint.errors import NoAsyncDriverError, StoreError
-from telar_checkpoint.stores.base import Expiring, Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.base import ABSENT, Expiring, Indexed, SharedSpace, Store, Versioned
 from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.testing._machine import StoreMachine
 from telar_checkpoint.testing._workers import (
@@ -366,6 +366,25 @@ class StoreTests:
         run_async(store, self._async_concurrent_updates_lose_nothing)
 
     # --- Versions: what the saver's fast path relies on ---
+
+    @needs("versions")
+    def test_append_if_absent_creates_only_a_key_that_holds_nothing(self, store: Store) -> None:
+        """`append_if(key, suffix, ABSENT)` creates `key` holding `suffix` only where it holds
+        nothing (a store may always answer None: the saver then updates); a key that holds a
+        value is left as it is; of creators racing for one key, one at most wins."""
+        assert isinstance(store, Versioned)
+        store.write("t", "old\n")
+        assert store.append_if("t", "x\n", ABSENT) is None and store.read("t") == "old\n"
+        version = store.append_if("new", "first\n", ABSENT)
+        if version is None:
+            assert store.read("new") is None
+            return
+        assert store.read("new") == "first\n" and store.version("new") == version and "new" in set(store.keys())
+        assert store.append_if("new", "again\n", ABSENT) is None
+        assert store.append_if("new", "second\n", version) is not None and store.read("new") == "first\nsecond\n"
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            won = [v for v in pool.map(lambda i: store.append_if("raced", f"{i}\n", ABSENT), range(8)) if v is not None]
+        assert len(won) == 1 and store.version("raced") == won[0] and store.read("raced") in {f"{i}\n" for i in range(8)}
 
     @needs("versions")
     def test_version_changes_with_every_write(self, store: Store) -> None:
