@@ -29,7 +29,9 @@ class SaverClosedError(UsageError):
 
 
 class NoAsyncDriverError(UsageError):
-    """An async method of a store whose options give it a sync-only driver; the message says what to pass."""
+    """An async method of a store whose options give it a sync-only driver, or that was given only
+    sync connections (a psycopg `Connection` or `ConnectionPool`, a sync redis-py client); the
+    message says what to pass."""
 
 
 class NoSyncDriverError(UsageError):
