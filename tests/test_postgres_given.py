@@ -301,6 +301,8 @@ def test_other_types_and_connection_options_are_refused() -> None:
     with psycopg.connect(POSTGRES_URL) as conn:
         with pytest.raises(UsageError, match="takes no connection options \\(application_name\\)"):
             PostgresStore(conn, application_name="x")
+        with pytest.raises(UsageError, match="takes no connection options \\(max_size, connect_timeout\\)"):
+            PostgresStore(conn, max_size=4, connect_timeout=1.0)
 
 
 def test_a_pipeline_is_refused(tag: str) -> None:

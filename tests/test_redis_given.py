@@ -327,6 +327,8 @@ def test_client_options_are_for_url_stores(prefix_of) -> None:
     client = make_client("sync", False)
     make = lambda: RedisStore(client, prefix=prefix, health_check_interval=5)  # noqa: E731
     refused(UsageError, make, "health_check_interval", "set them on your client")
+    refused(UsageError, lambda: RedisStore(client, prefix=prefix, max_connections=8), "max_connections", "set them on your client")
+    refused(UsageError, lambda: RedisStore(client, prefix=prefix, timeout=1.0), "'timeout'", "set them on your client")
     client.close()
 
 

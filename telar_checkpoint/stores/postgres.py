@@ -161,10 +161,12 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
                 raise UsageError(f"not a PostgreSQL connection string: {exc}") from exc
         else:
             self._given = adopt(conninfo, timeout)
-            if connect_kwargs:
+            options = sorted(connect_kwargs) + [name for name, value, default in
+                                                (("max_size", max_size, 8), ("connect_timeout", connect_timeout, 5.0)) if value != default]
+            if options:
                 raise UsageError(
                     f"PostgresStore was given {self._given.what}: it connects nothing itself, so it takes no "
-                    f"connection options ({', '.join(sorted(connect_kwargs))}); set them where the application connects"
+                    f"connection options ({', '.join(options)}); set them where the application connects"
                 )
             self.conninfo, self.server = self._given.conninfo, self._given.server
         self._where = f"PostgreSQL server at {self.server}"

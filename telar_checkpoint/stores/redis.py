@@ -200,9 +200,14 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
             self._ascan_keys: Callable[[bytes], Coroutine[Any, Any, list[bytes]]] = own.ascan
         else:
             given = self._given = clients.given(url)
-            if client_options:
+            options = sorted(client_options) + [
+                name for name, value, default in
+                (("connect_timeout", connect_timeout, 5.0), ("timeout", timeout, 30.0), ("max_connections", max_connections, 64))
+                if value != default
+            ]  # fmt: skip
+            if options:
                 raise UsageError(
-                    f"RedisStore was given a client and the options {sorted(client_options)}, which are for the "
+                    f"RedisStore was given a client and the options {options}, which are for the "
                     "clients it makes from a URL: set them on your client"
                 )
             self.cluster, self.url, self.server, self._db = given.cluster, given.url, given.server, given.db
