@@ -562,6 +562,44 @@ def _line(name: str, f: dict[str, float]) -> str:
     )
 
 
+TARGETS = {"throughput": (">=", 2.0), "p99": ("<=", 0.6)}  # Telar / the official saver, median of the runs
+HOLD_TARGET_MS = 20.0  # the saver's own longest hold of the loop
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    """Markdown: every run's figures, then per store, mode and concurrency the median of the
+    ratios against the targets."""
+    lines = [
+        "| store | mode | runs at once | run | saver | invokes/s | p50 ms | p99 ms | p99.9 ms | loop stall ms | saver's hold ms "
+        "(own) | collector's pause ms | connection wait ms/invoke |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["store"], row["mode"], row["concurrency"]), []).append(row)
+        for name in (n for n in row if "/" in n or n.endswith("Saver")):
+            f = row[name]
+            lines.append(
+                f"| {row['store']} | {row['mode']} | {row['concurrency']} | {row['run']} | {name} | {f['throughput']:.0f} | "
+                f"{f['p50_ms']:.0f} | {f['p99_ms']:.0f} | {f['p999_ms']:.0f} | {f['stall_ms']:.1f} | "
+                f"{f['hold_ms']:.1f} ({f.get('hold_own_ms', 0):.1f}) | {f.get('collector_ms', 0):.1f} | {f['wait_ms_per_invoke']:.2f} |"
+            )
+    lines += ["", "| store | mode | runs at once | throughput x (runs) | median | p99 x (runs) | median | own hold ms, max | targets |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for (store, mode, concurrency), runs in groups.items():
+        throughput = [r["ratios"]["throughput"] for r in runs]
+        p99 = [r["ratios"]["p99"] for r in runs]
+        ours = next(n for n in runs[0] if n.startswith("Telar/"))
+        hold = max(r[ours].get("hold_own_ms", 0.0) for r in runs)
+        met = statistics.median(throughput) >= TARGETS["throughput"][1] and statistics.median(p99) <= TARGETS["p99"][1]
+        met = met and (mode == "threads" or hold <= HOLD_TARGET_MS)
+        lines.append(
+            f"| {store} | {mode} | {concurrency} | {', '.join(f'{x:.2f}' for x in throughput)} | **{statistics.median(throughput):.2f}** | "
+            f"{', '.join(f'{x:.2f}' for x in p99)} | **{statistics.median(p99):.2f}** | {hold:.1f} | {'met' if met else 'not met'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stores", default="postgres,redis,memory")
@@ -571,7 +609,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--pool", type=int, default=16, help="connections of each Postgres saver (per process)")
     parser.add_argument("--out", default="benchmarks/results/load.json", help="appends each run's figures (JSON lines)")
+    parser.add_argument("--report", action="store_true", help="print the Markdown tables of --out's runs, and run nothing")
     args = parser.parse_args(argv)
+    if args.report:
+        print(report([json.loads(line) for line in Path(args.out).read_text().splitlines() if line.strip()]), end="")
+        return
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for store in args.stores.split(","):

@@ -201,7 +201,7 @@ def test_put_floor_stores_one_exact_line_a_put() -> None:
     assert all(_number(put_floor.median_put(name, 2, 3)) for name in put_floor.SAVERS)
 
 
-def test_load_runs_conversations_at_once_and_reports_every_figure(tmp_path: Path) -> None:
+def test_load_runs_conversations_at_once_and_reports_every_figure(tmp_path: Path, capsys: Any) -> None:
     """benchmarks.load, memory store against InMemorySaver, async and threads: every invoke timed
     (a turn, and a resume where the tool asked), ratios written, the saver's hold measured."""
     from benchmarks import load
@@ -217,3 +217,7 @@ def test_load_runs_conversations_at_once_and_reports_every_figure(tmp_path: Path
             assert figures["p50_ms"] <= figures["p99_ms"] <= figures["p999_ms"]
         assert row["ratios"]["throughput"] > 0
     assert rows[0]["Telar/memory"]["hold_cpu_ms"] > 0  # (async: the saver's steps were timed)
+    capsys.readouterr()
+    load.main(["--report", "--out", str(out)])
+    table = capsys.readouterr().out
+    assert table.count("| memory | async | 4 | 1 |") == 2 and "| memory | threads | 4 |" in table and ("met |" in table)
