@@ -469,3 +469,20 @@ def read_stored_line(text: str, thread_id: str | None, line_no: int) -> tuple[Li
     if isinstance(line, CheckpointLine) and not development:
         line.text = text
     return line, development
+
+
+# 100-ns intervals between the UUID epoch (1582-10-15) and the Unix epoch, as uuid6 counts them.
+UUID_EPOCH = 0x01B21DD213814000
+
+
+def checkpoint_time(checkpoint_id: str) -> float | None:
+    """When LangGraph made checkpoint `checkpoint_id`, in seconds since the Unix epoch, from the
+    uuid6 it is; None for an id of another form (a test's "1", another saver's)."""
+    if len(checkpoint_id) != 36 or checkpoint_id[14] != "6":
+        return None
+    try:
+        value = int(checkpoint_id.replace("-", ""), 16)
+    except ValueError:
+        return None
+    ticks = (value >> 80) << 12 | (value >> 64) & 0x0FFF
+    return (ticks - UUID_EPOCH) / 10_000_000

@@ -22,6 +22,7 @@ from telar_checkpoint.format import (
     CheckpointLine,
     DroppedLine,
     WritesLine,
+    checkpoint_time,
     is_same,
     read_stored_line,
     render,
@@ -29,6 +30,10 @@ from telar_checkpoint.format import (
 )
 
 _ABSENT: Any = object()
+RESIDUE_SECONDS = 300.0
+"""How much older than its namespace's latest checkpoint a checkpoint not stored must be for its
+pending writes to count as a crash's residue (`History.is_residue`): a put racing another run's
+lands within seconds."""
 
 WriteKey = tuple[str, int]  # (task_id, idx)
 Write = tuple[str, Any, str]  # (channel, encoded value, task_path)
@@ -311,16 +316,21 @@ class History:
         return self.torn is not None or self.development_lines > 0
 
     def crash_residue(self) -> list[Key]:
-        """Pending writes of checkpoints that were never stored and never will be: their id is
-        older than their namespace's latest checkpoint. A process killed between a step's writes
-        and its checkpoint leaves them (LangGraph's async durability); writes that come before
-        their own put are for a checkpoint newer than the latest. A rewrite drops them."""
-        residue = []
-        for ns, cid in self.orphans:
-            head = self.latest(ns)
-            if head is not None and cid < head.line.id:
-                residue.append((ns, cid))
-        return residue
+        """Pending writes of checkpoints that were never stored and never will be (`is_residue`).
+        A rewrite drops them."""
+        return [(ns, cid) for ns, cid in self.orphans if self.is_residue(ns, cid)]
+
+    def is_residue(self, ns: str, cid: str) -> bool:
+        """Whether writes for `cid`, not stored, are what a crash left: a process killed between a
+        step's writes and its checkpoint (LangGraph's async durability). Their id is older than
+        the namespace's latest checkpoint, by more than `RESIDUE_SECONDS` when both ids tell their
+        time: writes that come before their own put may be for an older checkpoint than the
+        latest when another run writes the thread at the same time, and its put is on its way."""
+        head = self.latest(ns)
+        if head is None or cid >= head.line.id:
+            return False
+        made, latest = checkpoint_time(cid), checkpoint_time(head.line.id)
+        return made is None or latest is None or latest - made > RESIDUE_SECONDS
 
     @staticmethod
     def writes_records(ns: str, cid: str, writes: dict[WriteKey, Write]) -> list[WritesLine]:
@@ -465,12 +475,24 @@ class History:
     # --- what a change of the rules is made of -----------------------------------
 
     def drop(self, keys: set[Key]) -> None:
-        """Remove checkpoints and their pending writes."""
-        self._latest.clear()
+        """Remove checkpoints and their pending writes (each namespace's latest known again after)."""
+        if not keys:
+            return
         for key in keys:
             del self.entries[key]
         for key in [k for k in self.orphans if k in keys]:
             del self.orphans[key]
+        for ns in {ns for ns, _ in keys}:
+            self._relearn_latest(ns)
+
+    def _relearn_latest(self, ns: str) -> None:
+        """Learn the namespace's latest id from its entries again, after some were dropped: an id
+        left unknown would let the next line added pass for the latest, newer ones stored or not."""
+        newest = max((e.line.id for e in self.in_ns(ns)), default=None)
+        if newest is None:
+            self._latest.pop(ns, None)
+        else:
+            self._latest[ns] = newest
 
     @property
     def schema_version(self) -> int:
@@ -558,7 +580,7 @@ class History:
                 del self.entries[key]
                 dropped = True
         if dropped:
-            self._latest.pop(ns, None)
+            self._relearn_latest(ns)
             self.holds_trimmed = True
         replaced: dict[str, set[str]] = {}  # namespace -> its replaced ids, as a set, made when needed
 

@@ -38,14 +38,13 @@ from typing import Any, Literal, cast
 from uuid import UUID
 
 from telar_checkpoint.errors import ArgumentTypeError, UsageError
+from telar_checkpoint.format import UUID_EPOCH, checkpoint_time
 from telar_checkpoint.history import History
 from telar_checkpoint.rules import DeleteThread, KeepLatest, apply
 
 Clock = Callable[[], float]
 """Seconds since the Unix epoch, as `time.time` gives them."""
 
-# 100-ns intervals between the UUID epoch (1582-10-15) and the Unix epoch, as uuid6 counts them.
-_UUID_EPOCH = 0x01B21DD213814000
 
 
 def deletion(now: float) -> DeleteThread:
@@ -53,7 +52,7 @@ def deletion(now: float) -> DeleteThread:
     have made by then (a uuid6 of that instant with every later field at its maximum), so every
     checkpoint of a run that started before compares below it, from any process whose clock is
     not ahead of this one."""
-    ticks = int(now * 10_000_000) + _UUID_EPOCH
+    ticks = int(now * 10_000_000) + UUID_EPOCH
     value = ((ticks >> 12) & 0xFFFFFFFFFFFF) << 80 | 0x6 << 76 | (ticks & 0x0FFF) << 64 | 0xBFFF << 48 | 0xFFFFFFFFFFFF
     return DeleteThread(str(UUID(int=value)), datetime.fromtimestamp(now, timezone.utc).isoformat())
 
@@ -119,19 +118,6 @@ def ttl_settings(settings: Mapping[str, Any]) -> TTL:
     if strategy not in STRATEGIES:
         raise UsageError(f"ttl['strategy'] should be 'delete' or 'keep_latest', not {strategy!r}")
     return TTL(_minutes(settings, "default_ttl"), refresh, strategy, _minutes(settings, "sweep_interval_minutes"))
-
-
-def checkpoint_time(checkpoint_id: str) -> float | None:
-    """When LangGraph made checkpoint `checkpoint_id`, in seconds since the Unix epoch, from the
-    uuid6 it is; None for an id of another form (a test's "1", another saver's)."""
-    if len(checkpoint_id) != 36 or checkpoint_id[14] != "6":
-        return None
-    try:
-        value = int(checkpoint_id.replace("-", ""), 16)
-    except ValueError:
-        return None
-    ticks = (value >> 80) << 12 | (value >> 64) & 0x0FFF
-    return (ticks - _UUID_EPOCH) / 10_000_000
 
 
 def written_at(history: History) -> float | None:

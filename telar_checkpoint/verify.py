@@ -21,7 +21,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint.errors import StoredDataError, UnknownFormatError
 from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, is_same, line_version, read_stored_line
-from telar_checkpoint.history import History
+from telar_checkpoint.history import RESIDUE_SECONDS, History
 from telar_checkpoint.inspection import read_thread
 from telar_checkpoint.progress import Progress
 from telar_checkpoint.stores.base import SharedSpace, Store
@@ -42,7 +42,8 @@ missing-base    error    a checkpoint that appends to the lists of one that is n
 missing-owner   error    a subgraph checkpoint's parent-graph checkpoint is neither stored nor dropped
 orphan-writes   warning  pending writes for a checkpoint older than the latest that was never stored: what a crash \
 between a step's writes and its checkpoint leaves; the next rewrite drops them
-pending-put     warning  pending writes newer than the latest checkpoint: a put not yet stored
+pending-put     warning  pending writes newer than the latest checkpoint, or older by less than RESIDUE_SECONDS (another \
+run's put raced it): a put not yet stored
 dropped-writes  warning  pending writes for a checkpoint recorded as replaced or trimmed (ignored)
 duplicate       warning  the same checkpoint stored twice; the later line wins
 value           warning  a state value that does not load with this serializer
@@ -205,6 +206,10 @@ class _Checker:
             elif latest is None or cid > latest.line.id:
                 self.add(number, "pending-put", f"{count} for checkpoint {cid}{_in(ns)}, newer than any stored: "
                          "its put has not landed (yet)")
+            elif not history.is_residue(ns, cid):
+                self.add(number, "pending-put", f"{count} for checkpoint {cid}{_in(ns)}, made less than "
+                         f"{RESIDUE_SECONDS:g} s before the latest ({latest.line.id}): its put, racing another run's, "
+                         "has not landed (yet)")
             else:
                 self.add(number, "orphan-writes", f"{count} for checkpoint {cid}{_in(ns)}, which was never "
                          f"stored (the latest is {latest.line.id}): a crash left them; the next rewrite drops them")
