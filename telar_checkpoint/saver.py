@@ -111,7 +111,7 @@ def _check_arguments(store: object, serde: object, keep_finished_subgraphs: obje
     (`others` by their annotations in `TelarSaver.__init__`)."""
     if store is not None and not isinstance(store, (Store, str, os.PathLike)):
         raise ArgumentTypeError(
-            f"store must be a Store, a directory path, a store URL (sqlite:///x.db, postgresql://..., "
+            f"store must be a Store, a directory path or a store URL (sqlite:///x.db, postgresql://..., "
             f"redis://...), or the application's own psycopg connection or pool or redis-py client, not {type(store).__name__}"
         )
     if serde is not None and not (callable(getattr(serde, "dumps_typed", None)) and callable(getattr(serde, "loads_typed", None))):

@@ -23,6 +23,12 @@ def skip_async_interrupt_before_python_311(mode: str) -> None:
         pytest.skip("LangGraph's interrupt() in async graphs needs Python 3.11")
 
 
+async_interrupts = pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="LangGraph's interrupt() in async graphs needs Python 3.11 (skip_async_interrupt_before_python_311)"
+)
+"""The mark of a test whose async run calls `interrupt()`."""
+
+
 class Steps(TypedDict):
     log: Annotated[list[str], operator.add]
     count: int

@@ -41,7 +41,7 @@ from langgraph.types import Command
 
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.verify import verify_store
-from tests.graphs import ahistory_summary
+from tests.graphs import ahistory_summary, async_interrupts
 from tests.load_harness import (
     Outcome,
     Replicas,
@@ -97,12 +97,14 @@ async def one_saver(kind: str, tmp_path: Path, request: pytest.FixtureRequest, c
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@async_interrupts
 async def test_conversations_at_once_on_one_saver_lose_nothing(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     await one_saver(kind, tmp_path, request, conversations=64, turns=3)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @stress
+@async_interrupts
 async def test_stress_conversations_at_once_on_one_saver(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     await one_saver(kind, tmp_path, request, conversations=STRESS_CONVERSATIONS, turns=STRESS_TURNS)
 
@@ -131,12 +133,14 @@ async def several_processes(kind: str, tmp_path: Path, request: pytest.FixtureRe
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@async_interrupts
 async def test_processes_on_one_store_lose_nothing(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     await several_processes(kind, tmp_path, request, conversations=16, turns=3)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @stress
+@async_interrupts
 async def test_stress_processes_on_one_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     await several_processes(kind, tmp_path, request, conversations=max(1, STRESS_CONVERSATIONS // PROCESSES), turns=STRESS_TURNS)
 
@@ -209,12 +213,14 @@ async def replicas_in_turn(kind: str, tmp_path: Path, request: pytest.FixtureReq
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@async_interrupts
 async def test_replicas_serving_a_thread_in_turn_keep_one_history(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     await replicas_in_turn(kind, tmp_path, request, threads=4, steps=8)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @stress
+@async_interrupts
 async def test_stress_replicas_serving_a_thread_in_turn(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     await replicas_in_turn(kind, tmp_path, request, threads=max(2, STRESS_CONVERSATIONS // 16), steps=6 * STRESS_TURNS)
 
@@ -253,12 +259,14 @@ async def replicas_racing(kind: str, tmp_path: Path, request: pytest.FixtureRequ
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@async_interrupts
 async def test_replicas_racing_on_a_thread_lose_nothing(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     await replicas_racing(kind, tmp_path, request, threads=4, rounds=4)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @stress
+@async_interrupts
 async def test_stress_replicas_racing_on_a_thread(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     await replicas_racing(kind, tmp_path, request, threads=max(2, STRESS_CONVERSATIONS // 16), rounds=5 * STRESS_TURNS)
 
@@ -266,6 +274,7 @@ async def test_stress_replicas_racing_on_a_thread(kind: str, tmp_path: Path, req
 # --- the checks can fail -------------------------------------------------------------------
 
 
+@async_interrupts
 async def test_the_check_finds_a_lost_checkpoint_a_lost_write_and_a_fork(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """A line taken out of a thread's stored text is reported as lost, and a fork breaks the chain."""
     store = make_store("file", tmp_path, request)

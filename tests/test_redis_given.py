@@ -33,11 +33,27 @@ from telar_checkpoint.errors import (
 )
 from telar_checkpoint.stores import redis_scripts as scripts
 from telar_checkpoint.stores.redis import RedisStore
+from telar_checkpoint.stores.redis_clients import GIVEN_FROM, REDIS_VERSION
 from telar_checkpoint.stores.url import cluster_nodes
 from telar_checkpoint.testing import child_exit_code
 from tests import agent_graph
 from tests.graphs import history_summary, multi_step
 from tests.stores import REDIS_CLUSTER_URL, REDIS_URL, redis_admin, redis_cluster_admin, redis_delete_prefix, require_server
+
+OLD_REDIS = REDIS_VERSION < GIVEN_FROM
+
+
+@pytest.fixture(autouse=True)
+def new_enough_redis(request: pytest.FixtureRequest) -> None:
+    """Every test but the refusal's needs a redis-py whose clients the store can use."""
+    if OLD_REDIS and request.node.originalname != "test_an_older_redis_py_client_is_refused_in_our_words":
+        pytest.skip(f"a given client needs redis-py {GIVEN_FROM} or newer; this is {redis.__version__}")
+
+
+@pytest.mark.skipif(not OLD_REDIS, reason=f"redis-py {redis.__version__} is new enough: nothing to refuse")
+def test_an_older_redis_py_client_is_refused_in_our_words() -> None:
+    with pytest.raises(UnusableConnectionError, match=r"needs redis-py 6\.2 or newer .* or give the store a URL"):
+        RedisStore(redis.Redis.from_url(REDIS_URL))
 
 KINDS = [("sync", False), ("sync", True), ("async", False), ("async", True)]
 KIND_IDS = ["sync-server", "sync-cluster", "async-server", "async-cluster"]

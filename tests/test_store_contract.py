@@ -215,9 +215,12 @@ class RedisGiven(StoreTests):
         import redis.cluster
 
         from telar_checkpoint.stores.redis import RedisStore
+        from telar_checkpoint.stores.redis_clients import GIVEN_FROM, REDIS_VERSION
         from telar_checkpoint.stores.url import cluster_nodes
         from tests.stores import REDIS_CLUSTER_URL, REDIS_URL, redis_delete_prefix, require_server
 
+        if REDIS_VERSION < GIVEN_FROM:
+            pytest.skip(f"a given client needs redis-py {GIVEN_FROM} or newer (tests/test_redis_given.py checks the refusal)")
         require_server("redis-cluster" if self.cluster else "redis")
         prefix = f"telar_test_{uuid.uuid4().hex[:12]}:"
         request.addfinalizer(lambda: redis_delete_prefix(prefix, cluster=self.cluster))

@@ -488,6 +488,10 @@ async def _ascan_with(command: Callable[..., Coroutine[Any, Any, Any]], match: b
 # --- Which client, and whether it can serve ---
 
 
+GIVEN_FROM = (6, 2)  # the redis-py release from which a given client's internals the store uses are there
+REDIS_VERSION = tuple(int(part) for part in redis.__version__.split(".")[:2] if part.isdigit())
+
+
 def given(client: object) -> Given:
     """How a store reaches Redis through `client`, refused in our words when it cannot serve
     (see `RedisStore`)."""
@@ -495,6 +499,12 @@ def given(client: object) -> Given:
         raise UnusableConnectionError(
             f"RedisStore was given a {_name(client)}, a pipeline (it queues commands until execute()): "
             "give it the client the pipeline came from"
+        )
+    if GIVEN_FROM > REDIS_VERSION and isinstance(client, typing.get_args(Client)):
+        raise UnusableConnectionError(
+            f"RedisStore was given a {_name(client)} of redis-py {redis.__version__}: an application's own client needs "
+            f"redis-py {'.'.join(map(str, GIVEN_FROM))} or newer (the connection locks and cluster nodes the store "
+            "sends its commands through); upgrade redis, or give the store a URL"
         )
     if isinstance(client, redis.cluster.RedisCluster):
         if client.nodes_manager.default_node is None:
