@@ -21,7 +21,7 @@ import os
 import select
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any, Generic, Protocol, TypeVar
 
 import psycopg
@@ -61,21 +61,30 @@ async def adrive(steps: Steps, conn: psycopg.AsyncConnection[Any]) -> Any:
         return stop.value
 
 
-class Lender(Protocol):
+class Lender:
     """What lends the store's sync methods a connection: `Connections`, or one the application
-    gave (`stores.postgres_given`)."""
+    gave (`stores.postgres_given`). Each defines `get`, `put` and `close`."""
 
     def get(self) -> psycopg.Connection[Any]:
         """A connection for one operation, in autocommit; give it back with `put`."""
+        raise NotImplementedError
 
     def put(self, conn: psycopg.Connection[Any]) -> None:
         """Give back a connection `get` lent, outside any transaction."""
+        raise NotImplementedError
 
-    def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """`get`, and `put` at the end of the block."""
+        conn = self.get()
+        try:
+            yield conn
+        finally:
+            self.put(conn)
 
     def close(self) -> None:
         """Close what the lender opened (never what the application gave)."""
+        raise NotImplementedError
 
 
 class AsyncLender(Protocol):
@@ -185,7 +194,7 @@ class _Idle(Generic[Conn]):
             _close(conn)
 
 
-class Connections(_Idle[psycopg.Connection[Any]]):
+class Connections(_Idle[psycopg.Connection[Any]], Lender):
     """Sync connections, made by `connect`."""
 
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], server: str, max_size: int, timeout: float) -> None:
@@ -202,14 +211,6 @@ class Connections(_Idle[psycopg.Connection[Any]]):
         except BaseException:
             self._slots.release()
             raise
-
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        conn = self.get()
-        try:
-            yield conn
-        finally:
-            self.put(conn)
 
 
 class AsyncConnections(_Idle[psycopg.AsyncConnection[Any]]):

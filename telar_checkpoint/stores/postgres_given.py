@@ -214,7 +214,7 @@ async def _aleave(conn: psycopg.AsyncConnection[Any], switched: bool) -> None:
         pass
 
 
-class GivenConnection:
+class GivenConnection(Lender):
     """The application's sync connection, lent to one operation at a time."""
 
     def __init__(self, conn: psycopg.Connection[Any], what: str, server: str, timeout: float) -> None:
@@ -240,19 +240,11 @@ class GivenConnection:
         finally:
             self._lock.release()
 
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        conn = self.get()
-        try:
-            yield conn
-        finally:
-            self.put(conn)
-
     def close(self) -> None:
         """Nothing: the connection is the application's to close."""
 
 
-class GivenPool:
+class GivenPool(Lender):
     """The application's psycopg_pool ``ConnectionPool``: a connection of it for each operation."""
 
     def __init__(self, pool: ConnectionPool[Any], what: str, server: str, timeout: float) -> None:
@@ -287,19 +279,11 @@ class GivenPool:
         finally:
             self._pool.putconn(conn)
 
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        conn = self.get()
-        try:
-            yield conn
-        finally:
-            self.put(conn)
-
     def close(self) -> None:
         """Nothing: the pool is the application's to close."""
 
 
-class NoSync:
+class NoSync(Lender):
     """The sync side of a store given only an async connection or pool: each use refuses."""
 
     def __init__(self, what: str) -> None:
