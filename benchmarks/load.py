@@ -393,7 +393,7 @@ class Part:
     waited: float = 0.0
 
 
-def _conversation(run: int, conversation: int, turn: int) -> dict[str, Any]:
+def _conversation(conversation: int, turn: int) -> dict[str, Any]:
     return {"messages": [HumanMessage(content=f"Turn {turn} of conversation {conversation}: the weather in city {turn}?")]}
 
 
@@ -401,7 +401,7 @@ async def _converse(graph: Any, thread_id: str, turns: int, conversation: int, l
     config = {"configurable": {"thread_id": thread_id}}
     for turn in range(1, turns + 1):
         start = time.perf_counter()
-        result = await graph.ainvoke(_conversation(0, conversation, turn), config)
+        result = await graph.ainvoke(_conversation(conversation, turn), config)
         latencies.append(time.perf_counter() - start)
         if "__interrupt__" in result:
             start = time.perf_counter()
@@ -413,7 +413,7 @@ def _converse_sync(graph: Any, thread_id: str, turns: int, conversation: int, la
     config = {"configurable": {"thread_id": thread_id}}
     for turn in range(1, turns + 1):
         start = time.perf_counter()
-        result = graph.invoke(_conversation(0, conversation, turn), config)
+        result = graph.invoke(_conversation(conversation, turn), config)
         latencies.append(time.perf_counter() - start)
         if "__interrupt__" in result:
             start = time.perf_counter()
@@ -440,7 +440,7 @@ async def _run_opened(opened: Opened, conversations: range, turns: int, tag: str
     stop, lateness = asyncio.Event(), []
     # not timed: a first turn of a conversation of its own (the schema made), then as many reads at
     # once as the saver has connections (they are open, as the official savers' pools open theirs)
-    await graph.ainvoke(_conversation(0, -1, 1), {"configurable": {"thread_id": f"{tag}-warm-{os.getpid()}"}})
+    await graph.ainvoke(_conversation(-1, 1), {"configurable": {"thread_id": f"{tag}-warm-{os.getpid()}"}})
     await asyncio.gather(*(graph.checkpointer.aget_tuple({"configurable": {"thread_id": f"{tag}-w{i}"}}) for i in range(pool)))
     waited_before, holds.longest, holds.longest_cpu, holds.longest_own = opened.waited(), 0.0, 0.0, 0.0
     COLLECTOR.reset()
@@ -461,7 +461,7 @@ def run_threads(spec: Spec, conversations: range, turns: int, tag: str) -> Part:
     """`conversations` at once, each on a thread of a pool as large."""
     opened = open_sync(spec)
     graph = agent(asynchronous=False).compile(checkpointer=opened.saver)
-    graph.invoke(_conversation(0, -1, 1), {"configurable": {"thread_id": f"{tag}-warm"}})
+    graph.invoke(_conversation(-1, 1), {"configurable": {"thread_id": f"{tag}-warm"}})
     with ThreadPoolExecutor(max_workers=spec.pool) as warm:  # the connections open, as in `run_async`
         list(warm.map(lambda i: graph.checkpointer.get_tuple({"configurable": {"thread_id": f"{tag}-w{i}"}}), range(spec.pool)))
     part, waited_before = Part(), opened.waited()

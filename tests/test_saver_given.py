@@ -7,7 +7,6 @@ tests/test_redis_given.py; here, the saver's part: which store it makes, and wha
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +16,7 @@ from langgraph.types import Command
 
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.errors import ArgumentTypeError, NoAsyncDriverError, NoSyncDriverError, UnusableConnectionError
+from telar_checkpoint.stores.redis_clients import GIVEN_FROM, REDIS_VERSION
 from tests.agent_graph import build, question
 from tests.graphs import async_interrupts
 from tests.stores import POSTGRES_URL, REDIS_URL, postgres_admin, require_server
@@ -36,10 +36,6 @@ def schema() -> Iterator[str]:
 @pytest.fixture
 def redis_url() -> Iterator[str]:
     require_server("redis")
-    from telar_checkpoint.stores.redis_clients import GIVEN_FROM, REDIS_VERSION
-
-    if REDIS_VERSION < GIVEN_FROM and "refused" not in os.environ.get("PYTEST_CURRENT_TEST", ""):
-        pytest.skip(f"a given client needs redis-py {GIVEN_FROM} or newer")
     url = REDIS_URL.rsplit("/", 1)[0] + f"/{REDIS_DB}" if REDIS_URL.count("/") > 2 else f"{REDIS_URL}/{REDIS_DB}"
     yield url
     import redis
@@ -119,6 +115,7 @@ def test_a_wsgi_style_app_passes_its_pool_and_a_connection(schema: str) -> None:
 
 
 @async_interrupts
+@pytest.mark.skipif(REDIS_VERSION < GIVEN_FROM, reason=f"a given client needs redis-py {GIVEN_FROM} or newer")
 def test_the_saver_takes_the_apps_redis_clients_sync_and_async(redis_url: str) -> None:
     import redis
     import redis.asyncio

@@ -307,7 +307,27 @@ class NoSync(Lender):
         """Nothing: the connection or pool is the application's to close."""
 
 
-class AsyncGivenConnection:
+class _AsyncGiven:
+    """What the async lenders of a given connection or pool share: `connection` on their `get` and
+    `put` (both awaited; `AsyncConnections.put` is not, so it has its own)."""
+
+    async def get(self) -> psycopg.AsyncConnection[Any]:
+        raise NotImplementedError
+
+    async def put(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        raise NotImplementedError
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """`get`, and `put` at the end of the block."""
+        conn = await self.get()
+        try:
+            yield conn
+        finally:
+            await self.put(conn)
+
+
+class AsyncGivenConnection(_AsyncGiven):
     """The application's async connection, lent to one operation at a time, in the event loop
     that uses it (another loop running at once is refused: psycopg's async connection, and our
     lock, belong to one loop)."""
@@ -356,19 +376,11 @@ class AsyncGivenConnection:
         finally:
             self._held.release()
 
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        conn = await self.get()
-        try:
-            yield conn
-        finally:
-            await self.put(conn)
-
     def close(self) -> None:
         """Nothing: the connection is the application's to close."""
 
 
-class AsyncGivenPool:
+class AsyncGivenPool(_AsyncGiven):
     """The application's psycopg_pool ``AsyncConnectionPool``: a connection of it for each operation."""
 
     def __init__(self, pool: AsyncConnectionPool[Any], what: str, server: str, timeout: float) -> None:
@@ -402,14 +414,6 @@ class AsyncGivenPool:
             self._switched.discard(id(conn))
         finally:
             await self._pool.putconn(conn)
-
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        conn = await self.get()
-        try:
-            yield conn
-        finally:
-            await self.put(conn)
 
     def close(self) -> None:
         """Nothing: the pool is the application's to close."""
