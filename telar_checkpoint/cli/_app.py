@@ -158,6 +158,7 @@ def build_app(version: str) -> click.Group:
     from telar_checkpoint.cli import _manage as manage
     from telar_checkpoint.cli import _migrate as moves
     from telar_checkpoint.cli import _schema as schema
+    from telar_checkpoint.cli import _ui as ui
 
     app = _Group(
         PROG,
@@ -192,6 +193,13 @@ def build_app(version: str) -> click.Group:
                           help="fail on warnings too (torn lines, pending writes, foreign entries)"),
              click.Option(["--quiet", "-q"], is_flag=True,
                           help="print only the threads with findings, and the summary")], progress=True)
+    _command(app, "ui", "serve a read-only web page of the threads: timelines, state changes, conversations, pauses",
+            "telar-checkpoint ui ./.telar-checkpoint --open", ui.cmd_ui,
+            [click.Option(["--host"], metavar="HOST", default="127.0.0.1", show_default=True,
+                          help="the address to listen on; any but a loopback one asks for a token it prints"),
+             click.Option(["--port"], metavar="PORT", type=click.IntRange(0, 65535), default=8765, show_default=True,
+                          help="the port to listen on"),
+             click.Option(["--open"], is_flag=True, help="open the page in the default browser")], json=False)
     _command(app, "trim", "keep only the last N checkpoints of one thread or of all",
             "telar-checkpoint trim ./.telar-checkpoint --keep 20 my-thread", manage.cmd_trim,
             [_thread(optional="only this thread (default: all)"),
