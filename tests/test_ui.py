@@ -135,7 +135,8 @@ def test_the_change_shown_is_the_cli_diff(stored: tuple[Path, dict[str, str]], s
         # every change of the CLI's diff, the graph's channels first and LangGraph's own apart
         assert sorted((k, html.unescape(c)) for k, c in changes) == sorted((c.kind, c.channel) for c in expected)
         own = page.split('<details class="own">', 1)[1] if '<details class="own">' in page else ""
-        assert all(c.startswith(("__", "branch:")) for _, c in re.findall(r'<li class="change (\w+)"><span class="key">([^<]*)</span>', own))
+        own_channels = re.findall(r'<li class="change \w+"><span class="key">([^<]*)</span>', own)
+        assert all(c.startswith(("__", "branch:")) for c in own_channels)
 
 
 def test_subgraph_calls_are_nested_under_their_step(site: tuple[str, dict[str, str]]) -> None:
@@ -316,3 +317,22 @@ def test_every_store_is_shown(kind: str, tmp_path: Path, request: pytest.Fixture
         assert html.escape(threads["chat"]) in page and '<span class="status failed">' in page
         _, chat, _ = get(thread_url(base, threads["chat"]))
         assert "waiting for an answer" in text_of(chat)
+
+
+def test_a_damaged_thread_and_one_of_a_development_build_say_so(tmp_path: Path) -> None:
+    golden = Path(__file__).parent / "golden"
+    with FileStore(tmp_path) as writing:
+        writing.write("old", (golden / "v3.jsonl").read_text())  # lines a development build wrote
+        writing.write("broken", (golden / "v1.jsonl").read_text() + '{"format": 1, "kind": "checkpoint", "id": 5}\n')
+    before = tree_bytes(tmp_path)
+    store = FileStore(tmp_path)
+    with serve_asgi(make_app(store)) as base:
+        _, page, _ = get(base + "/")
+        rows = dict(re.findall(r'<td><a href="[^"]*">(\w+)</a></td>\s*<td>(.*?)</td>', page))
+        assert '<span class="status dev"' in rows["old"] and "damaged" not in rows["old"]
+        assert '<span class="status damaged">' in rows["broken"] and "line" in rows["broken"]
+        status, broken, _ = get(thread_url(base, "broken"))
+        assert status == 200 and "telar-checkpoint repair" in broken
+        assert get(thread_url(base, "nothing-here"))[0] == 404
+    store.close()
+    assert tree_bytes(tmp_path) == before  # read, never rewritten (an upgrade or a repair would write)
