@@ -8,6 +8,10 @@ from __future__ import annotations
 import hashlib
 import html
 import re
+import shutil
+import socket
+import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,8 +26,10 @@ pytest.importorskip("starlette")
 pytest.importorskip("jinja2")
 
 from telar_checkpoint import TelarSaver  # noqa: E402
+from telar_checkpoint.errors import StoreError  # noqa: E402
 from telar_checkpoint.inspection import diff_checkpoints, read_thread  # noqa: E402
 from telar_checkpoint.stores import FileStore, Store  # noqa: E402
+from telar_checkpoint.stores.opening import open_target  # noqa: E402
 from telar_checkpoint.ui.app import make_app, parse_filter  # noqa: E402
 from telar_checkpoint.ui.views import CUT, DEPTH, TIMELINE, tree  # noqa: E402
 from tests.browser import serve_asgi  # noqa: E402
@@ -336,3 +342,40 @@ def test_a_damaged_thread_and_one_of_a_development_build_say_so(tmp_path: Path) 
         assert get(thread_url(base, "nothing-here"))[0] == 404
     store.close()
     assert tree_bytes(tmp_path) == before  # read, never rewritten (an upgrade or a repair would write)
+
+
+def test_a_store_that_cannot_be_read_is_named_on_the_page(tmp_path: Path) -> None:
+    """A Redis server of the test's own, stopped while the viewer serves it."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                store = open_target(url)
+                break
+            except StoreError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        make_fanout(TelarSaver(store), "ui-fanout")
+        app = make_app(store, refresh=0.0)
+        with serve_asgi(app) as base:
+            assert get(thread_url(base, "ui-fanout"))[0] == 200
+            process.terminate()  # the server goes away: every read now fails
+            process.wait(10)
+            status, page, _ = get(thread_url(base, "ui-fanout"))
+            assert status == 503 and "could not be read" in page
+            app.viewer.catalogue.start()
+            assert app.viewer.catalogue.wait(60)
+            assert "could not be read" in get(base + "/")[1]
+    finally:
+        process.kill()
+        process.wait(10)

@@ -29,7 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from telar_checkpoint.codec import CheckpointCodec
-from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, UsageError
+from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, TelarError, UsageError
 from telar_checkpoint.history import History
 from telar_checkpoint.inspection import CheckpointNotFoundError, is_deletion_record, stored_size
 from telar_checkpoint.stores.base import Store, Versioned
@@ -191,7 +191,7 @@ class Viewer:
         if part == "head":
             return self._page("head.html", thread_id=thread_id, row=row, questions=views.questions(self.codec, history))
         return self._page("thread.html", thread_id=thread_id, row=row, timeline=timeline, detail=detail,
-                          following=cp is None, questions=views.questions(self.codec, history),
+                          following=cp is None, live=before is None, questions=views.questions(self.codec, history),
                           version=self._version(thread_id, text), latest=_latest_ids(history))
 
     async def value(self, request: Request) -> Response:
@@ -278,5 +278,8 @@ def make_app(store: Store, *, host: str = "127.0.0.1", token: str | None = None,
         yield
         viewer.catalogue.close()
 
-    app = Starlette(routes=viewer.routes(), lifespan=lifespan)
+    async def unreachable(_request: Request, exc: Exception) -> Response:
+        return viewer._missing(f"the store could not be read: {exc}", 503)
+
+    app = Starlette(routes=viewer.routes(), lifespan=lifespan, exception_handlers={TelarError: unreachable})
     return ViewerApp(viewer, app, token=None if loopback else token, hosts=LOOPBACK if loopback else None)

@@ -17,9 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from telar_checkpoint.errors import StoredDataError
+from telar_checkpoint.errors import StoredDataError, TelarError
 from telar_checkpoint.history import History
-from telar_checkpoint.inspection import is_deletion_record
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.thread_index import filter_terms, history_terms
 from telar_checkpoint.ui.views import ThreadRow, metadata_matches, thread_row
@@ -38,6 +37,7 @@ class Page:
     reading: bool  # a reading is under way
     searched: int = 0  # threads read again to check a metadata filter
     limit: int = PAGE
+    problem: str | None = None  # why the last reading of the store failed
 
 
 class Catalogue:
@@ -55,6 +55,7 @@ class Catalogue:
         self._read = 0
         self._total = 0
         self._sorted: list[ThreadRow] | None = None  # a memo of the rows by update, dropped on change
+        self._problem: str | None = None  # why the last reading stopped, when it failed
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -82,9 +83,17 @@ class Catalogue:
         self.wait(timeout)
 
     def _read_all(self) -> None:
+        try:
+            self._read_keys()
+        except TelarError as exc:  # the store could not be reached: the pages say so
+            with self._lock:
+                self._problem = str(exc)
+                self._finished_at = time.monotonic()
+
+    def _read_keys(self) -> None:
         keys = sorted(self.store.keys())
         with self._lock:
-            self._total, self._read = len(keys), 0
+            self._total, self._read, self._problem = len(keys), 0, None
         seen = set()
         for thread_id in keys:
             if self._stop.is_set():
@@ -104,11 +113,15 @@ class Catalogue:
         text = self.store.read(thread_id)
         row: ThreadRow | None = None
         terms: frozenset[str] = frozenset()
-        if text is not None and not is_deletion_record(thread_id, text):
-            row = thread_row(thread_id, text)
-            if row.status != "damaged":
+        if text is not None:
+            try:
                 history = History.parse(thread_id, text)
-                terms = frozenset(sys.intern(t) for t in history_terms(e.line.metadata for e in history.entries.values()))
+            except StoredDataError:
+                row = thread_row(thread_id, text)  # damaged: the row says why
+            else:
+                if not history.only_deleted:
+                    row = thread_row(thread_id, text, history)
+                    terms = frozenset(sys.intern(t) for t in history_terms(e.line.metadata for e in history.entries.values()))
         with self._lock:
             if row is None:
                 self._rows.pop(thread_id, None)
@@ -142,7 +155,8 @@ class Catalogue:
             rows, searched = self._filtered(rows, filter, offset + limit + 1)
         with self._lock:
             read, total, reading = self._read, self._total, self._worker is not None and self._worker.is_alive()
-        return Page(rows[offset:offset + limit], len(rows), offset, read, total, reading, searched, limit)
+            problem = self._problem
+        return Page(rows[offset:offset + limit], len(rows), offset, read, total, reading, searched, limit, problem)
 
     def _filtered(self, rows: list[ThreadRow], filter: dict[str, Any], enough: int) -> tuple[list[ThreadRow], int]:
         """The rows whose thread matches `filter`: candidates by their terms, each then read and

@@ -285,10 +285,29 @@ def _parent_ns(ns: str) -> str:
     return ns.rpartition("|")[0]
 
 
+def calls_by_parent(history: History) -> dict[str, dict[str, list[str]]]:
+    """namespace -> checkpoint id -> the subgraph namespaces whose first checkpoint names it as
+    their parent (`metadata["parents"]`), sorted."""
+    found: dict[str, dict[str, list[str]]] = {}
+    for child in sorted(history.namespaces()):
+        if not child:
+            continue
+        ns = _parent_ns(child)
+        first = min(history.in_ns(child), key=lambda e: e.line.id, default=None)
+        parents = first.line.metadata.get("parents") if first is not None else None
+        parent_id = parents.get(ns) if isinstance(parents, dict) else None
+        if isinstance(parent_id, str):
+            found.setdefault(ns, {}).setdefault(parent_id, []).append(child)
+    return found
+
+
 def timeline(codec: CheckpointCodec, history: History, ns: str = "", before: str | None = None,
-             after: str | None = None, limit: int = TIMELINE) -> Timeline:
+             after: str | None = None, limit: int = TIMELINE,
+             calls: dict[str, dict[str, list[str]]] | None = None) -> Timeline:
     """The checkpoints of `ns` oldest first (only those after `after`, or the `limit` newest
-    before `before`), each with the subgraph namespaces that started under it, nested."""
+    before `before`), each with the subgraph namespaces that started under it, nested (`calls`:
+    `calls_by_parent` of the history, made when not given)."""
+    calls = calls_by_parent(history) if calls is None else calls
     entries = sorted(history.in_ns(ns), key=lambda e: e.line.id)
     if after is not None:
         entries = [e for e in entries if e.line.id > after]
@@ -296,19 +315,12 @@ def timeline(codec: CheckpointCodec, history: History, ns: str = "", before: str
         entries = [e for e in entries if e.line.id < before]
     earlier = max(len(entries) - limit, 0) if after is None else 0
     shown = entries[earlier:]
-    children: dict[str, list[str]] = {}
-    for child in history.namespaces():
-        if child and _parent_ns(child) == ns:
-            first = min(history.in_ns(child), key=lambda e: e.line.id, default=None)
-            parents = first.line.metadata.get("parents") if first is not None else None
-            parent_id = parents.get(ns) if isinstance(parents, dict) else None
-            if isinstance(parent_id, str):
-                children.setdefault(parent_id, []).append(child)
+    children = calls.get(ns, {})
     rows = []
     before_id = entries[earlier - 1].line.id if earlier else None
     for entry in shown:
         row = Row(checkpoint_info(codec, entry), _changed(entry), len(entry.writes), _failed(entry, _task_names(entry)))
-        row.calls = [timeline(codec, history, child, limit=limit) for child in sorted(children.get(entry.line.id, []))]
+        row.calls = [timeline(codec, history, child, limit=limit, calls=calls) for child in children.get(entry.line.id, [])]
         parent = history.get(ns, entry.line.parent) if entry.line.parent else None
         if parent is not None and entry.line.parent != before_id:
             row.branches_from = parent.line.step

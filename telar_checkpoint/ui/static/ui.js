@@ -67,7 +67,7 @@ function refreshWhileReading(counts) {
 
 document.addEventListener("DOMContentLoaded", () => {
   const live = document.getElementById("live");
-  if (live) follow(live);
+  if (live && live.dataset.live === "yes") follow(live);  // (a page of earlier checkpoints stays as it is)
   const counts = document.getElementById("counts");
   if (counts) refreshWhileReading(counts);
 });
