@@ -8,6 +8,7 @@ import operator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -221,3 +222,15 @@ def test_load_runs_conversations_at_once_and_reports_every_figure(tmp_path: Path
     load.main(["--report", "--out", str(out)])
     table = capsys.readouterr().out
     assert table.count("| memory | async | 4 | 1 |") == 2 and "| memory | threads | 4 |" in table and ("met |" in table)
+
+
+def test_ui_times_a_long_thread_and_a_list(tmp_path: Path, capsys: Any) -> None:
+    pytest.importorskip("starlette")
+    from benchmarks import ui
+
+    out = tmp_path / "ui.json"
+    ui.main(["--checkpoints", "300", "--threads", "30", "--runs", "1", "--out", str(out)])
+    row = json.loads(out.read_text())
+    assert row["thread"]["checkpoints"] == 300 and len(row["thread"]["http_s"]) == 1
+    assert all(_number(t) for t in [*row["thread"]["http_s"], row["list"]["first_page_s"], row["list"]["whole_reading_s"]])
+    assert "thread of 300 checkpoints" in capsys.readouterr().out
