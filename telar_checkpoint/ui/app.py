@@ -36,7 +36,8 @@ from telar_checkpoint.stores.base import Store, Versioned
 from telar_checkpoint.ui import views
 from telar_checkpoint.ui.catalogue import PAGE, Catalogue
 
-PARSED = 8  # threads kept parsed (see `Viewer._history`)
+PARSED = 8  # threads kept parsed (see `Viewer._history`)...
+PARSED_CHARACTERS = 64 * 2**20  # ...while their texts hold at most this many characters
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 TOKEN_COOKIE = "telar_ui_token"
 HEADERS = {
@@ -136,7 +137,7 @@ class Viewer:
         except ValueError as exc:
             return self._missing(f"bad search: {exc}", 400)
         page = await _in_thread(self.catalogue.page, query, filter or None, offset, PAGE)
-        return self._page("threads.html", page=page, q=query, meta=meta, statuses=views.STATUSES)
+        return self._page("threads.html", page=page, q=query, meta=meta)
 
     # --- a thread --------------------------------------------------------------------------------
 
@@ -158,7 +159,7 @@ class Viewer:
         with self._lock:
             self._parsed.pop(thread_id, None)
             self._parsed[thread_id] = (text, history)
-            while len(self._parsed) > PARSED:
+            while len(self._parsed) > PARSED or sum(len(t) for t, _ in self._parsed.values()) > PARSED_CHARACTERS:
                 del self._parsed[next(iter(self._parsed))]
         return history, text, None
 
