@@ -1,8 +1,10 @@
 """A real headless Chromium for the UI tests, and a real server for them to drive (a helper module, not tests).
 
-A UI test module imports the fixtures, and serves its app with `serve_asgi`::
+tests/conftest.py imports the fixtures (once: a session fixture imported into two test modules
+would be two fixtures, two Playwright instances in one process); a UI test module serves its app
+with `serve_asgi`::
 
-    from tests.browser import browser, page, serve_asgi  # noqa: F401
+    from tests.browser import serve_asgi
 
     def test_something(page):  # noqa: F811 (the parameter is the imported fixture)
         with serve_asgi(app) as base_url:

@@ -13,6 +13,10 @@ import pytest
 from hypothesis import settings
 
 from telar_checkpoint.stores import Store
+
+# The browser tests' fixtures, defined here once: a session fixture imported into two test modules
+# would be two fixtures, and two Playwright instances in one process (tests/browser.py).
+from tests.browser import browser, page  # noqa: F401
 from tests.graphs import Api
 from tests.stores import SHARED_KINDS, STORE_KINDS, make_store
 

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from tests.browser import VIEWPORT, browser, chromium_problem, page, serve_asgi  # noqa: F401
+from tests.browser import VIEWPORT, chromium_problem, serve_asgi  # (its fixtures, browser and page, are in conftest.py)
 
 HTML = """<!doctype html>
 <html><head><title>fixture check</title><script src="/static/app.js" defer></script></head>
@@ -53,7 +53,7 @@ def png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
-def test_a_page_served_by_uvicorn_runs_its_script_on_a_click_and_is_screenshotted(page, tmp_path: Path) -> None:  # noqa: F811
+def test_a_page_served_by_uvicorn_runs_its_script_on_a_click_and_is_screenshotted(page, tmp_path: Path) -> None:
     requests: list[str] = []
     with serve_asgi(tiny_app(requests)) as base_url:
         assert base_url.startswith("http://127.0.0.1:")
@@ -105,7 +105,7 @@ def loop_ran() -> Iterator[str]:
 
 
 @pytest.fixture
-def served_page(page) -> Iterator[Any]:  # noqa: F811
+def served_page(page) -> Iterator[Any]:
     """Drives the browser in its setup and its teardown."""
     with serve_asgi(tiny_app([])) as base_url:
         page.goto(base_url + "/")

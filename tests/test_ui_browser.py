@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -21,7 +22,7 @@ from langgraph.types import Command  # noqa: E402
 from telar_checkpoint import TelarSaver  # noqa: E402
 from telar_checkpoint.stores import FileStore  # noqa: E402
 from telar_checkpoint.ui.app import make_app  # noqa: E402
-from tests.browser import browser, page, serve_asgi  # noqa: E402, F401  (fixtures)
+from tests.browser import serve_asgi  # noqa: E402  (its fixtures, browser and page, are in conftest.py)
 from tests.ui_threads import QUESTION, chat_agent, config_of, make_chat, make_ui_threads  # noqa: E402
 
 SCREENSHOT = os.environ.get("TELAR_UI_SCREENSHOT")  # also write the thread page's picture there (docs/ui-thread.png)
@@ -38,16 +39,32 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[s
     store.close()
 
 
+def until(tab: Any, done: Callable[[], bool], seconds: float = 15.0) -> None:
+    """Wait until `done()` (asked every 100 ms in the page's time), at most `seconds`. (Not
+    `wait_for_function`: older Playwright evaluates its text with eval, which the viewer's
+    Content-Security-Policy refuses, as it should.)"""
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, f"not done within {seconds} s"
+        tab.wait_for_timeout(100)
+
+
+def link(tab: Any, text: str) -> Any:
+    """The link whose whole text is `text` (a name pattern: `exact=` is newer than our floor; "/"
+    escaped too, which older Playwright's selector text would read as the pattern's end)."""
+    return tab.get_by_role("link", name=re.compile("^" + re.escape(text).replace("/", "\\/") + "$"))
+
+
 def _no_dialogs(tab: Any) -> list[str]:
     opened: list[str] = []
     tab.on("dialog", lambda dialog: (opened.append(dialog.message), dialog.dismiss()))
     return opened
 
 
-def test_a_person_opens_a_paused_chat_and_reads_it(site: tuple[str, dict[str, str]], page: Any, tmp_path: Path) -> None:  # noqa: F811  (the fixture)
+def test_a_person_opens_a_paused_chat_and_reads_it(site: tuple[str, dict[str, str]], page: Any, tmp_path: Path) -> None:
     base, threads = site
     page.goto(base + "/")
-    page.get_by_role("link", name=threads["chat"], exact=True).click()
+    link(page, threads["chat"]).click()
     page.wait_for_selector("#timeline li.row")
     waiting = page.locator(".head .waiting")
     assert QUESTION in waiting.inner_text()
@@ -69,13 +86,13 @@ def test_a_person_opens_a_paused_chat_and_reads_it(site: tuple[str, dict[str, st
     assert page.locator("#timeline > li.row.selected").count() == 1
 
 
-def test_stored_markup_shows_as_text_and_never_runs(site: tuple[str, dict[str, str]], page: Any) -> None:  # noqa: F811  (the fixture)
+def test_stored_markup_shows_as_text_and_never_runs(site: tuple[str, dict[str, str]], page: Any) -> None:
     base, threads = site
     dialogs = _no_dialogs(page)
     page.goto(base + "/")
-    link = page.get_by_role("link", name=threads["hostile"], exact=True)
-    assert link.count() == 1  # the id, read as text
-    link.click()
+    hostile = link(page, threads["hostile"])
+    assert hostile.count() == 1  # the id, read as text
+    hostile.click()
     page.wait_for_selector("h1")
     assert page.locator("h1").inner_text() == threads["hostile"]
     assert page.locator("main img, main b, main i").count() == 0
@@ -85,7 +102,7 @@ def test_stored_markup_shows_as_text_and_never_runs(site: tuple[str, dict[str, s
     assert dialogs == []
 
 
-def test_a_huge_value_is_cut_and_opens_whole(site: tuple[str, dict[str, str]], page: Any) -> None:  # noqa: F811  (the fixture)
+def test_a_huge_value_is_cut_and_opens_whole(site: tuple[str, dict[str, str]], page: Any) -> None:
     base, threads = site
     page.goto(f"{base}/thread?" + urlencode({"id": threads["hostile"]}))
     cut = page.locator(".state .cut", has_text="more characters").first
@@ -95,25 +112,25 @@ def test_a_huge_value_is_cut_and_opens_whole(site: tuple[str, dict[str, str]], p
     assert len(page.locator("body").inner_text()) >= total - 10  # the whole string, as text
 
 
-def test_a_failed_branch_and_a_paused_subgraph_are_seen(site: tuple[str, dict[str, str]], page: Any) -> None:  # noqa: F811  (the fixture)
+def test_a_failed_branch_and_a_paused_subgraph_are_seen(site: tuple[str, dict[str, str]], page: Any) -> None:
     base, threads = site
     page.goto(base + "/")
-    page.get_by_role("link", name=threads["fanout"], exact=True).click()
+    link(page, threads["fanout"]).click()
     assert "failed" in page.locator("#timeline .error").first.inner_text()
     page.goto(base + "/")
-    page.get_by_role("link", name=threads["subgraph"], exact=True).click()
+    link(page, threads["subgraph"]).click()
     assert page.locator("#timeline details.call-ns").count() >= 1
     assert "in subgraph" in page.locator(".head .waiting").inner_text()
 
 
-def test_a_fork_is_marked(site: tuple[str, dict[str, str]], page: Any) -> None:  # noqa: F811  (the fixture)
+def test_a_fork_is_marked(site: tuple[str, dict[str, str]], page: Any) -> None:
     base, threads = site
     page.goto(base + "/")
-    page.get_by_role("link", name=threads["forked"], exact=True).click()
+    link(page, threads["forked"]).click()
     assert page.locator("#timeline .fork").count() >= 1
 
 
-def test_an_open_page_follows_the_run(tmp_path: Path, page: Any) -> None:  # noqa: F811  (the fixture)
+def test_an_open_page_follows_the_run(tmp_path: Path, page: Any) -> None:
     with TelarSaver(str(tmp_path)) as saver:
         make_chat(saver, "live")
         store = FileStore(tmp_path)
@@ -124,10 +141,10 @@ def test_an_open_page_follows_the_run(tmp_path: Path, page: Any) -> None:  # noq
             page.evaluate("() => document.querySelectorAll('#timeline > li.row').forEach(r => r.dataset.kept = 'yes')")
             assert QUESTION in page.locator(".head").inner_text()
             chat_agent(saver).invoke(Command(resume="yes, send it"), config_of("live"))  # the run goes on
-            page.wait_for_function(f"() => document.querySelectorAll('#timeline > li.row').length > {before}", timeout=15_000)
-            page.wait_for_function("() => !document.querySelector('.head .waiting')", timeout=15_000)
+            until(page, lambda: page.locator("#timeline > li.row").count() > before)
+            until(page, lambda: page.locator(".head .waiting").count() == 0)
             kept = page.evaluate("() => [...document.querySelectorAll('#timeline > li.row')].filter(r => r.dataset.kept).length")
             assert kept == before  # the rows it had were not loaded again
             last_step = page.locator("#timeline > li.row .step").last.inner_text()
-            page.wait_for_function(f"() => document.querySelector('#detail h2').innerText.startsWith({last_step!r})", timeout=15_000)
+            until(page, lambda: page.locator("#detail h2").inner_text().startswith(last_step))
         store.close()
