@@ -116,9 +116,11 @@ def test_a_failed_branch_and_a_paused_subgraph_are_seen(site: tuple[str, dict[st
     base, threads = site
     page.goto(base + "/")
     link(page, threads["fanout"]).click()
+    page.wait_for_selector("#timeline li.row")  # the thread's page, not the list any more
     assert "failed" in page.locator("#timeline .error").first.inner_text()
     page.goto(base + "/")
     link(page, threads["subgraph"]).click()
+    page.wait_for_selector("#timeline li.row")  # the thread's page, not the list any more
     assert page.locator("#timeline details.call-ns").count() >= 1
     assert "in subgraph" in page.locator(".head .waiting").inner_text()
 
@@ -127,6 +129,7 @@ def test_a_fork_is_marked(site: tuple[str, dict[str, str]], page: Any) -> None:
     base, threads = site
     page.goto(base + "/")
     link(page, threads["forked"]).click()
+    page.wait_for_selector("#timeline li.row")  # the thread's page, not the list any more
     assert page.locator("#timeline .fork").count() >= 1
 
 
