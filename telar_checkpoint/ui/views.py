@@ -14,7 +14,7 @@ from typing import Any
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 from orjson import dumps
 
-from telar_checkpoint.codec import CheckpointCodec
+from telar_checkpoint.codec import CheckpointCodec, entry_filter
 from telar_checkpoint.errors import StoredDataError
 from telar_checkpoint.format import is_same
 from telar_checkpoint.history import Entry, History
@@ -92,9 +92,10 @@ def thread_row(thread_id: str, text: str, history: History | None = None) -> Thr
 
 
 def metadata_matches(history: History, filter: dict[str, Any]) -> bool:
-    """Whether a checkpoint of the thread has every `filter` key at its value, as
-    `list(None, filter=...)` compares them (``==`` on the stored metadata)."""
-    return any(all(e.line.metadata.get(k) == v for k, v in filter.items()) for e in history.entries.values())
+    """Whether a checkpoint of the thread has every `filter` key at its value: `list`'s own test
+    (`codec.entry_filter`)."""
+    matches = entry_filter(None, None, None, filter)
+    return any(matches(e) for e in history.entries.values())
 
 
 # --- a value, cut to what a page can hold -------------------------------------------------------
