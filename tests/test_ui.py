@@ -220,6 +220,8 @@ def test_beyond_loopback_the_token_is_asked_for(stored: tuple[Path, dict[str, st
     with serve_asgi(make_app(store, host="0.0.0.0", token=token)) as base:
         assert get(base + "/")[0] == 401
         assert get(base + "/?token=wrong")[0] == 401
+        assert get(base + "/?token=%C3%A9t%C3%A9")[0] == 401  # not ASCII: refused, not an error
+        assert get(base + "/", {"Cookie": "telar_ui_token=\u00e9"})[0] == 401
         status, _, headers = get(f"{base}/?token={token}")
         assert status == 200
         cookie = headers["set-cookie"].split(";")[0]

@@ -88,10 +88,10 @@ class ViewerApp:
         if self.token is None:
             return None, None
         given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
-        if given and secrets.compare_digest(given, self.token):
+        if given and _same(given, self.token):
             return None, self.token
         cookies = dict(part.strip().split("=", 1) for part in headers.get("cookie", "").split(";") if "=" in part)
-        if secrets.compare_digest(cookies.get(TOKEN_COOKIE, ""), self.token):
+        if _same(cookies.get(TOKEN_COOKIE, ""), self.token):
             return None, None
         return PlainTextResponse("this viewer needs the token it printed when it started: open the address it printed", 401), None
 
@@ -231,6 +231,11 @@ class Viewer:
         history, text, problem = self._history(thread_id)
         latest = {} if history is None else _latest_ids(history)
         return {"version": self._version(thread_id, text or None), "latest": latest, "problem": problem}
+
+
+def _same(given: str, token: str) -> bool:
+    """`given == token`, in time independent of where they differ (as bytes: any text may be given)."""
+    return secrets.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode())
 
 
 def _latest_ids(history: History) -> dict[str, str]:
