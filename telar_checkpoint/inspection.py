@@ -233,13 +233,18 @@ def readable(codec: CheckpointCodec, stored: Any) -> Any:
         return stored
 
 
-def _interrupts(codec: CheckpointCodec, entry: Entry) -> list[Any]:
-    """The values of the interrupts still pending: raised by a task that has not finished since."""
+def pending_interrupts(entry: Entry) -> list[Any]:
+    """The stored values of the interrupts still pending: written by a task that has not
+    finished since (no write of it with an index of 0 or more)."""
     finished = {task_id for task_id, idx in entry.writes if idx >= 0}
+    return [value for (task_id, _idx), (channel, value, _path) in entry.writes.items()
+            if channel == INTERRUPT and task_id not in finished]
+
+
+def _interrupts(codec: CheckpointCodec, entry: Entry) -> list[Any]:
+    """The values of the interrupts still pending (`pending_interrupts`), readable."""
     found: list[Any] = []
-    for (task_id, _idx), (channel, value, _path) in entry.writes.items():
-        if channel != INTERRUPT or task_id in finished:
-            continue
+    for value in pending_interrupts(entry):
         try:
             decoded = codec.values.decode(value)
             items = decoded if isinstance(decoded, (list, tuple)) else [decoded]

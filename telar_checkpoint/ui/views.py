@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
+from langgraph.checkpoint.serde.types import ERROR
 from orjson import dumps
 
 from telar_checkpoint.codec import CheckpointCodec, entry_filter
@@ -25,6 +25,7 @@ from telar_checkpoint.inspection import (
     diff_states,
     find_entry,
     next_nodes,
+    pending_interrupts,
     readable,
     state_values,
     stored_size,
@@ -55,14 +56,6 @@ class ThreadRow:
 STATUSES = ("paused", "failed", "finished", "running", "damaged", "empty")
 
 
-def _asks(entry: Entry | None) -> bool:
-    """Whether a task of `entry` asked a question (`interrupt`) and has not finished since."""
-    if entry is None:
-        return False
-    finished = {task for task, idx in entry.writes if idx >= 0}
-    return any(channel == INTERRUPT and task not in finished for (task, _i), (channel, _v, _p) in entry.writes.items())
-
-
 def thread_status(history: History) -> str:
     """paused: a task of a namespace's latest checkpoint asked a question not answered yet (in
     the root graph or a subgraph); failed: a task of the latest root checkpoint failed;
@@ -71,7 +64,7 @@ def thread_status(history: History) -> str:
     root = history.latest("")
     if root is None:
         return "empty"
-    if any(_asks(history.latest(ns)) for ns in history.namespaces()):
+    if any((latest := history.latest(ns)) is not None and pending_interrupts(latest) for ns in history.namespaces()):
         return "paused"
     if any(channel == ERROR for channel, _value, _path in root.writes.values()):
         return "failed"
