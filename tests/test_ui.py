@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
 import re
 import shutil
 import socket
@@ -381,3 +382,14 @@ def test_a_store_that_cannot_be_read_is_named_on_the_page(tmp_path: Path) -> Non
     finally:
         process.kill()
         process.wait(10)
+
+
+def test_the_live_poll_reads_the_thread_only_when_its_version_moved(site: tuple[str, dict[str, str]]) -> None:
+    base, threads = site
+    url = f"{base}/version?{urlencode({'id': threads['chat']})}"
+    first = json.loads(get(url)[1])
+    assert first["latest"][""] and first["version"]
+    same = json.loads(get(f"{url}&{urlencode({'seen': first['version']})}")[1])
+    assert same == {"version": first["version"], "latest": None, "problem": None}  # answered from the version alone
+    moved = json.loads(get(f"{url}&{urlencode({'seen': 'an older version'})}")[1])
+    assert moved["latest"] == first["latest"]

@@ -31,7 +31,7 @@ from starlette.staticfiles import StaticFiles
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, TelarError, UsageError
 from telar_checkpoint.history import History
-from telar_checkpoint.inspection import CheckpointNotFoundError, is_deletion_record, stored_size
+from telar_checkpoint.inspection import CheckpointNotFoundError, stored_size
 from telar_checkpoint.stores.base import Store, Versioned
 from telar_checkpoint.ui import views
 from telar_checkpoint.ui.catalogue import PAGE, Catalogue
@@ -146,22 +146,29 @@ class Viewer:
         last threads read are kept parsed while their text stays the same (a page of a long
         thread asks for its checkpoints one by one)."""
         text = self.store.read(thread_id)
-        if text is None or is_deletion_record(thread_id, text):
+        if text is None:
             return None, "", None
         with self._lock:
             kept = self._parsed.get(thread_id)
         if kept is not None and kept[0] == text:
-            return kept[1], text, None
-        try:
-            history = History.parse(thread_id, text)
-        except StoredDataError as exc:
-            return None, text, str(exc)
+            history = kept[1]
+        else:
+            try:
+                history = History.parse(thread_id, text)
+            except StoredDataError as exc:
+                return None, text, str(exc)
+            self._keep(thread_id, text, history)
+        if history.only_deleted:  # only the record of its deletion: no thread
+            return None, "", None
+        return history, text, None
+
+    def _keep(self, thread_id: str, text: str, history: History) -> None:
+        """Keep `history` parsed, dropping the oldest kept past PARSED threads or PARSED_CHARACTERS."""
         with self._lock:
             self._parsed.pop(thread_id, None)
             self._parsed[thread_id] = (text, history)
             while len(self._parsed) > PARSED or sum(len(t) for t, _ in self._parsed.values()) > PARSED_CHARACTERS:
                 del self._parsed[next(iter(self._parsed))]
-        return history, text, None
 
     async def thread(self, request: Request) -> Response:
         params = request.query_params
@@ -173,6 +180,7 @@ class Viewer:
 
     def _thread(self, thread_id: str, cp: str | None, ns: str | None, before: str | None, part: str | None,
                 after: str | None) -> Response:
+        stored = self._stored_version(thread_id) if part is None else None  # (only the whole page shows it)
         history, text, problem = self._history(thread_id)
         if problem is not None:
             return self._page("damaged.html", 200, thread_id=thread_id, problem=problem, size=stored_size(text))
@@ -193,7 +201,7 @@ class Viewer:
             return self._page("head.html", thread_id=thread_id, row=row, questions=views.questions(self.codec, history))
         return self._page("thread.html", thread_id=thread_id, row=row, timeline=timeline, detail=detail,
                           following=cp is None, live=before is None, questions=views.questions(self.codec, history),
-                          version=self._version(thread_id, text), latest=_latest_ids(history))
+                          version=self._version(stored, text), latest=_latest_ids(history))
 
     async def value(self, request: Request) -> Response:
         p = request.query_params
@@ -216,21 +224,33 @@ class Viewer:
 
     # --- live ------------------------------------------------------------------------------------
 
-    def _version(self, thread_id: str, text: str | None) -> str:
-        if isinstance(self.store, Versioned):
-            return repr(self.store.version(thread_id))
+    def _stored_version(self, thread_id: str) -> str | None:
+        """The store's version of the thread, taken before its text is read (a write in between
+        then shows as a change on the next poll, not as one already seen); None when the store
+        keeps none."""
+        return repr(self.store.version(thread_id)) if isinstance(self.store, Versioned) else None
+
+    @staticmethod
+    def _version(stored: str | None, text: str | None) -> str:
+        """`stored`, or for a store without versions one made from the text read."""
+        if stored is not None:
+            return stored
         return "" if text is None else f"{len(text)}:{hash(text[-4096:])}"
 
     async def version(self, request: Request) -> Response:
-        thread_id = request.query_params.get("id", "")
-        return JSONResponse(await _in_thread(self._latest, thread_id))
+        params = request.query_params
+        return JSONResponse(await _in_thread(self._latest, params.get("id", ""), params.get("seen")))
 
-    def _latest(self, thread_id: str) -> dict[str, Any]:
+    def _latest(self, thread_id: str, seen: str | None = None) -> dict[str, Any]:
         """The thread's version, and each namespace's latest checkpoint id: the page asks for
-        new rows only when they changed."""
+        new rows only when they changed. A store that versions its keys answers from the version
+        alone while it is still `seen` (the page's), without reading the thread."""
+        stored = self._stored_version(thread_id)
+        if stored is not None and stored == seen:
+            return {"version": stored, "latest": None, "problem": None}
         history, text, problem = self._history(thread_id)
         latest = {} if history is None else _latest_ids(history)
-        return {"version": self._version(thread_id, text or None), "latest": latest, "problem": problem}
+        return {"version": self._version(stored, text or None), "latest": latest, "problem": problem}
 
 
 def _same(given: str, token: str) -> bool:

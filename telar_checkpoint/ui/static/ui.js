@@ -30,7 +30,7 @@ async function follow(live) {
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
     let now;
     try {
-      const response = await fetch("/version?" + new URLSearchParams({ id: thread }), { credentials: "same-origin" });
+      const response = await fetch("/version?" + new URLSearchParams({ id: thread, seen: version }), { credentials: "same-origin" });
       now = await response.json();
     } catch (error) {
       state.textContent = "· not following: " + error;
