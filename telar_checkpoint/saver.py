@@ -913,8 +913,16 @@ def _check_strategy(strategy: str) -> str:
     return strategy
 
 
-class _SaverContext:
-    """What `TelarSaver.from_conn_string` returns: usable with `with` and `async with`."""
+_SAVER_ATTRIBUTES = frozenset(name for name in dir(BaseCheckpointSaver) if not name.startswith("_"))
+"""What LangGraph may read of a checkpointer: every public attribute of `BaseCheckpointSaver`."""
+
+
+class _SaverContext(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # (as TelarSaver)
+    """What `TelarSaver.from_conn_string` returns: usable with `with` and `async with`.
+
+    A `BaseCheckpointSaver` to LangGraph's check (never initialised as one), so that
+    ``compile(checkpointer=TelarSaver.from_conn_string(url))`` compiles, and the graph's first use
+    of it raises `SaverContextError`, saying to use `with`, rather than LangGraph's `TypeError`."""
 
     _SAVER_OPTIONS = ("max_history", "serde", "keep_finished_subgraphs", "clock", "ttl")
 
@@ -945,6 +953,12 @@ class _SaverContext:
     async def __aexit__(self, *exc: object) -> None:
         if self.saver is not None:
             await self.saver.__aexit__()
+
+    def __getattribute__(self, name: str) -> Any:
+        """The base class's attributes are refused as missing ones are (by `__getattr__`)."""
+        if name in _SAVER_ATTRIBUTES:
+            raise AttributeError(name)
+        return super().__getattribute__(name)
 
     def __getattr__(self, name: str) -> Any:
         """A saver's method asked of the context manager (`from_conn_string` used without `with`)."""

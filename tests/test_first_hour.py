@@ -48,6 +48,65 @@ def test_from_conn_string_without_with_says_how_to_use_it() -> None:
     asyncio.run(used_async())
 
 
+def _counter_graph():
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    class Count(TypedDict):
+        n: int
+
+    builder = StateGraph(Count)
+    builder.add_node("add", lambda state: {"n": state["n"] + 1})
+    builder.add_edge(START, "add")
+    builder.add_edge("add", END)
+    return builder
+
+
+_USE_WITH = r"use `with TelarSaver.from_conn_string\(url\) as saver:`"
+
+
+def test_from_conn_string_compiled_without_with_says_how_to_use_it_at_the_first_run() -> None:
+    """LangGraph's `compile` checks `isinstance(checkpointer, BaseCheckpointSaver)` (else its own
+    TypeError): the context passes it, and the graph's first use of it raises our error."""
+    graph = _counter_graph().compile(checkpointer=TelarSaver.from_conn_string("memory://"))
+    config = {"configurable": {"thread_id": "t"}}
+    for use in (
+        lambda: graph.invoke({"n": 1}, config),
+        lambda: list(graph.stream({"n": 1}, config)),
+        lambda: graph.get_state(config),
+        lambda: list(graph.get_state_history(config)),
+        lambda: graph.update_state(config, {"n": 5}),
+    ):
+        with pytest.raises(SaverContextError, match=_USE_WITH):
+            use()
+
+
+async def test_from_conn_string_compiled_without_with_says_how_to_use_it_at_the_first_async_run() -> None:
+    graph = _counter_graph().compile(checkpointer=TelarSaver.from_conn_string("memory://"))
+    config = {"configurable": {"thread_id": "t"}}
+    with pytest.raises(SaverContextError, match=_USE_WITH):
+        await graph.ainvoke({"n": 1}, config)
+    with pytest.raises(SaverContextError, match=_USE_WITH):
+        await graph.aget_state(config)
+    async with TelarSaver.from_conn_string("memory://") as saver:  # with `async with`, the same graph code runs
+        assert await _counter_graph().compile(checkpointer=saver).ainvoke({"n": 1}, config) == {"n": 2}
+
+
+def test_every_attribute_langgraph_reads_of_a_saver_is_refused_by_the_context() -> None:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    context = TelarSaver.from_conn_string("memory://")
+    assert isinstance(context, BaseCheckpointSaver), "LangGraph's compile() accepts only a BaseCheckpointSaver"
+    names = [name for name in dir(BaseCheckpointSaver) if not name.startswith("_")]
+    assert {"get_tuple", "aput", "put_writes", "list", "serde", "config_specs", "get_next_version"} <= set(names)
+    for name in [*names, "setup", "asetup", "store"]:
+        with pytest.raises(SaverContextError, match=_USE_WITH):
+            getattr(context, name)
+    with context as saver:  # `with` works as before
+        assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is None
+
+
 def test_a_dry_run_migration_names_the_store_it_would_write(tmp_path, capsys) -> None:
     from telar_checkpoint import FileStore
     from telar_checkpoint.cli import main
