@@ -273,6 +273,19 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             )
         return _SaverContext(cls, os.fspath(url), options)
 
+    def setup(self) -> None:
+        """Create now what the store would create on first use (tables, indexes, the directory:
+        `Store.setup`), so that a deployment fails at its start rather than at its first write.
+        Optional, as the saver sets its store up on first use anyway; idempotent. (LangGraph's
+        PostgresSaver and SqliteSaver need their `setup()`; this one is for programs written for them.)"""
+        self._check(self.setup, {})
+        self.store.setup()
+
+    async def asetup(self) -> None:
+        """`setup`, on the store's async side (``await checkpointer.setup()`` of AsyncPostgresSaver)."""
+        self._check(self.setup, {})
+        await self.store.asetup()
+
     def __enter__(self) -> TelarSaver:
         return self
 

@@ -61,6 +61,11 @@ class Store(ABC):
         """Store `value` for `key`, replacing what was there."""
         self.update(key, lambda _old: value)
 
+    def setup(self) -> None:
+        """Create now what the store would create on first use (tables, indexes, the directory),
+        so that a deployment fails at its start rather than at its first write; idempotent. The
+        default creates nothing: a store that needs nothing made need not define it."""
+
     def close(self) -> None:
         """Release connections or handles; the default holds none."""
 
@@ -82,6 +87,9 @@ class Store(ABC):
 
     async def awrite(self, key: str, value: str) -> None:
         await self.aupdate(key, lambda _old: value)
+
+    async def asetup(self) -> None:
+        await asyncio.to_thread(self.setup)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)

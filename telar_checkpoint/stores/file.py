@@ -511,6 +511,10 @@ class FileStore(Store, DeferredAppends, Indexed, Expiring, SharedSpace):
             except (OSError, ForeignDataError):
                 pass
 
+    def setup(self) -> None:
+        """Make the index database now, as the first write would (`__init__` made the directory)."""
+        self._index_db().index_ready()  # its first use makes its tables
+
     def close(self) -> None:
         """Close the history files kept open (they open again on the next write)."""
         with self._guard:

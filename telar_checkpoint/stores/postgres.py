@@ -414,6 +414,12 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         self._hot = {name: query.as_bytes(conn) for name, query in self._sql.hot.items()}
         return self._hot
 
+    def setup(self) -> None:
+        """Create the tables now, as the first operation would (with `create=False`, check that they
+        are there); a server that cannot be reached is a StoreError naming it."""
+        with self._errors():
+            self._lender()
+
     def close(self) -> None:
         """Close the idle connections (sync, and those of event loops that ended); the store
         stays usable and connects again when next used. A connection or pool the application
@@ -472,6 +478,11 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
                 cursor = conn.cursor(row_factory=tuple_row)
                 await cursor.execute(self._hot[name] if self._hot is not None else self._render(conn)[name], params)
                 return await cursor.fetchall()
+
+    async def asetup(self) -> None:
+        """`setup`, on the async side (which a store given only a sync connection or pool refuses)."""
+        with self._errors():
+            await self._async_lender()
 
     async def aclose(self) -> None:
         """`close`, and close the running loop's connections now."""

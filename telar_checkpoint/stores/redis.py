@@ -275,11 +275,18 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         except redis.exceptions.NoScriptError:
             return self._command("EVAL", script.source, len(keys), *keys, *args)
 
+    def setup(self) -> None:
+        """Record the schema under the prefix now, as the first write would (refusing a newer
+        schema, or another tool's keys), which also checks that the server answers (and, on a
+        single server, runs scripts)."""
+        with self._errors():
+            self._drive(self._setup_steps())
+
     def _run(self, steps: Steps) -> Any:
         """Run an operation's steps, checking the schema first."""
+        if not self._ready:
+            self.setup()
         with self._errors():
-            if not self._ready:
-                self._drive(self._setup_steps())
             return self._drive(steps)
 
     def _drive(self, steps: Steps) -> Any:
@@ -611,10 +618,14 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         except redis.exceptions.NoScriptError:
             return await self._acommand("EVAL", script.source, len(keys), *keys, *args)
 
-    async def _arun(self, steps: Steps) -> Any:
+    async def asetup(self) -> None:
         with self._errors():
-            if not self._ready:
-                await self._adrive(self._setup_steps())
+            await self._adrive(self._setup_steps())
+
+    async def _arun(self, steps: Steps) -> Any:
+        if not self._ready:
+            await self.asetup()
+        with self._errors():
             return await self._adrive(steps)
 
     async def _adrive(self, steps: Steps) -> Any:

@@ -322,6 +322,12 @@ class SQLiteStore(Store, DeferredAppends, Indexed, Expiring, SharedSpace):
                 "fork before the parent writes"
             )
 
+    def setup(self) -> None:
+        """Create the database file and its tables now, as the first operation would (with
+        `create=False`, check that they are ours)."""
+        with self._connection():
+            pass  # a first connection sets the database up (`_connect`)
+
     def close(self) -> None:
         with self._lock:
             connections, self._idle = self._idle, []

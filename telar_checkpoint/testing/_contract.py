@@ -219,6 +219,26 @@ class StoreTests:
             store.delete(key)
         assert list(store.keys()) == []
 
+    def test_setup_is_idempotent_and_leaves_the_store_usable_and_empty(self, store: Store) -> None:
+        """`setup()` and then `asetup()` (refused with NoAsyncDriverError without `async_calls`),
+        each twice, leave the store empty and working; a setup after a write keeps the value."""
+        store.setup()
+        store.setup()
+        if self.async_calls:
+            run_async(store, self._async_setup)
+        else:
+            with pytest.raises(NoAsyncDriverError):
+                asyncio.run(store.asetup())
+        assert list(store.keys()) == [] and store.read("t") is None
+        store.write("t", "v\n")
+        store.setup()
+        assert store.read("t") == "v\n" and list(store.keys()) == ["t"]
+
+    async def _async_setup(self, astore: Store) -> None:
+        await astore.asetup()
+        await astore.asetup()
+        assert await astore.aread("t") is None and await astore.akeys() == []
+
     @pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
     def test_values_round_trip_exactly(self, store: Store, value: str) -> None:
         store.write("t", value)
