@@ -39,8 +39,9 @@ from tests.records import (
 )
 from tests.stores import SHARED_KINDS, describe, make_store, unavailable
 
-# `create_react_agent` is deprecated for `langchain.agents.create_agent`, and still widely used.
-pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+# The programs compared include `create_react_agent`'s, deprecated for `langchain.agents.create_agent`,
+# which users still call.
+pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved:DeprecationWarning")
 
 ROOT = Path(__file__).parent.parent
 NEEDS_LANGCHAIN = {"langchain_agent"}  # programs built with the `langchain` package (in the test extra)

@@ -61,9 +61,9 @@ def config(thread_id: str) -> dict[str, Any]:
 
 
 def chat_agent(checkpointer: Any) -> Any:
-    """LangGraph's prebuilt agent on the scripted chat model, with one tool."""
+    """langchain's agent (`create_agent`) on the scripted chat model, with one tool."""
+    from langchain.agents import create_agent
     from langchain_core.tools import tool
-    from langgraph.prebuilt import create_react_agent
 
     from tests.programs import ScriptedChatModel
 
@@ -72,7 +72,7 @@ def chat_agent(checkpointer: Any) -> Any:
         """The weather in a city."""
         return f"It is sunny in {city}."
 
-    return create_react_agent(ScriptedChatModel(), [get_weather], checkpointer=checkpointer)
+    return create_agent(ScriptedChatModel(), [get_weather], checkpointer=checkpointer)
 
 
 QUESTION = {"messages": [("user", "what is the weather in Paris")]}

@@ -343,10 +343,10 @@ def test_a_ttl_with_an_unknown_key_or_a_bad_value_is_refused_naming_it(settings:
         ttl_settings(settings)
 
 
-def react_agent_deleting(checkpointer: Any, delete: Callable[[], None]) -> Any:
-    """LangGraph's prebuilt agent on the scripted chat model, with a tool that deletes the thread."""
+def agent_deleting(checkpointer: Any, delete: Callable[[], None]) -> Any:
+    """langchain's agent (`create_agent`) on the scripted chat model, with a tool that deletes the thread."""
+    from langchain.agents import create_agent
     from langchain_core.tools import tool
-    from langgraph.prebuilt import create_react_agent
 
     from tests.programs import ScriptedChatModel
 
@@ -356,7 +356,7 @@ def react_agent_deleting(checkpointer: Any, delete: Callable[[], None]) -> Any:
         delete()
         return f"It is sunny in {city}."
 
-    return create_react_agent(ScriptedChatModel(), [get_weather], checkpointer=checkpointer)
+    return create_agent(ScriptedChatModel(), [get_weather], checkpointer=checkpointer)
 
 
 def functional_deleting(checkpointer: Any, delete: Callable[[], None]) -> Any:
@@ -382,10 +382,10 @@ def functional_deleting(checkpointer: Any, delete: Callable[[], None]) -> Any:
 @pytest.mark.parametrize(
     ("program", "first_input"),
     [
-        (react_agent_deleting, {"messages": [("user", "what is the weather in Paris")]}),
+        (agent_deleting, {"messages": [("user", "what is the weather in Paris")]}),
         (functional_deleting, "otters"),
     ],
-    ids=["prebuilt agent", "Functional API"],
+    ids=["langchain agent", "Functional API"],
 )
 def test_a_users_program_deleted_mid_run_stores_nothing_and_starts_again(store: Store, program: Any, first_input: Any) -> None:
     """As users write them: the run is refused once deleted, and a new run gives what it gives on

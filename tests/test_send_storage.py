@@ -67,7 +67,8 @@ def scripted_replies() -> Iterator[BaseMessage]:
     )
 
 
-@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")  # still in langgraph 1.x, and in use
+# The subject is create_react_agent, deprecated for langchain.agents.create_agent, which users still call.
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved:DeprecationWarning")
 def test_a_react_agent_tool_call_is_stored_and_resumed_by_a_new_saver(store: Store) -> None:
     """create_react_agent sends each tool call to its tool node as a `Send`; pausing before the
     tools stores that `Send`, and a new saver resumes it."""

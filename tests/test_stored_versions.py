@@ -135,7 +135,8 @@ def chat_replies(turns: int) -> Iterator[AIMessage]:
         yield AIMessage(f"answer {turn}")
 
 
-@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")  # still in langgraph 1.x, and in use
+# The subject is create_react_agent, deprecated for langchain.agents.create_agent, which users still call.
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved:DeprecationWarning")
 def test_a_ten_turn_chat_agent_stores_version_1_lines_only(store: FileStore) -> None:
     saver = TelarSaver(store)
     agent = create_react_agent(ScriptedChatModel(messages=chat_replies(10)), [add], checkpointer=saver)

@@ -9,7 +9,6 @@ Python 3.10 too. tests/test_ui_threads.py checks each thread has the shape said 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any
 
@@ -62,7 +61,7 @@ def config_of(thread_id: str, **configurable: Any) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, **configurable}}
 
 
-# --- chat: the prebuilt agent with a scripted model, two turns, paused in a tool's interrupt ---
+# --- chat: langchain's agent with a scripted model, two turns, paused in a tool's interrupt ---
 
 
 @tool
@@ -73,12 +72,10 @@ def send_report(to: str) -> str:
 
 
 def chat_agent(saver: TelarSaver) -> Any:
-    """`create_react_agent` (deprecated in langgraph 1.x, still its prebuilt agent) with two tools."""
-    from langgraph.prebuilt import create_react_agent
+    """langchain's `create_agent` with two tools."""
+    from langchain.agents import create_agent
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return create_react_agent(ScriptedChatModel(), [get_weather, send_report], checkpointer=saver)
+    return create_agent(ScriptedChatModel(), [get_weather, send_report], checkpointer=saver)
 
 
 def make_chat(saver: TelarSaver, thread_id: str) -> None:

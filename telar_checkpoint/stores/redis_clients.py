@@ -40,6 +40,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.client
 import redis.asyncio.cluster
+import redis.asyncio.retry
 import redis.client
 import redis.cluster
 from redis.backoff import NoBackoff
@@ -125,6 +126,9 @@ class OwnClients:
             **client_options,
         }
         options = self.options
+        # The asyncio clients get the asyncio Retry (redis-py>=8 warns when given the sync one);
+        # a `retry` of the caller's goes to both as given.
+        self._async_retry = "retry" not in client_options
         self._lock = threading.Lock()
         self.client: Any = None  # Any: its replies are bytes (decode_responses is off), which redis-py's types cannot say
         self.direct = False
@@ -196,14 +200,17 @@ class OwnClients:
                 "which its async methods cannot use: use the sync methods, or give it no connection_class "
                 "(for TLS, a rediss:// URL; for a socket, unix://)"
             )
+        options = self.options
+        if self._async_retry:
+            options = {**options, "retry": redis.asyncio.retry.Retry(NoBackoff(), 0)}
         if self.cluster:
             nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self._nodes]
-            options = {**_CLUSTER_DEFAULTS, **self._node_options, **self.options}
+            options = {**_CLUSTER_DEFAULTS, **self._node_options, **options}
             return _AsyncClient(redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **options), False)
         if self._blocking:
-            client = _blocking(redis.asyncio.Redis, redis.asyncio.BlockingConnectionPool, self.url, self.options)
+            client = _blocking(redis.asyncio.Redis, redis.asyncio.BlockingConnectionPool, self.url, options)
         else:
-            client = redis.asyncio.Redis.from_url(self.url, **self.options)
+            client = redis.asyncio.Redis.from_url(self.url, **options)
         direct = not client.single_connection_client and getattr(client.connection_pool, "cache", None) is None
         return _AsyncClient(client, direct)
 
