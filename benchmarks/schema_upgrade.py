@@ -84,7 +84,7 @@ def open_store(kind: str, where: Path, *, fsync: bool) -> Store:
         return PostgresStore(POSTGRES_URL, schema=tag, application_name=tag)
     if kind in ("redis", "redis-cluster"):
         from telar_checkpoint.stores.redis import RedisStore
-        from tests.stores import REDIS_CLUSTER_URL, REDIS_URL
+        from tests.servers import REDIS_CLUSTER_URL, REDIS_URL
 
         return RedisStore(REDIS_CLUSTER_URL if kind == "redis-cluster" else REDIS_URL, prefix=f"{tag}:", client_name=tag)
     raise ValueError(f"unknown store kind {kind!r} ({', '.join(KINDS)})")

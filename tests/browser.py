@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.servers import unavailable
+
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
@@ -56,13 +58,6 @@ CHROMIUM_FLAGS = [
 VIEWPORT = {"width": 1280, "height": 900}
 LAUNCH_TIMEOUT_MS = 60_000  # Chromium starts in about a second; a loaded machine can take many times that
 ACTION_TIMEOUT_MS = 30_000  # each click, wait, goto...: Playwright's own default, set here so it is seen
-
-
-def unavailable(what: str) -> None:
-    """Skip the test because `what` is missing, or fail it on CI, where everything must run."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{what} (CI=true: browser tests must run)", pytrace=False)
-    pytest.skip(what)
 
 
 def chromium_problem(executable: str = CHROMIUM) -> str | None:
@@ -140,7 +135,7 @@ def browser(request: pytest.FixtureRequest) -> Iterator[Browser]:
     """Headless Chromium (`CHROMIUM`, with `CHROMIUM_FLAGS`), one per test process, closed at its end."""
     problem = browser_problem()
     if problem:
-        unavailable(problem)
+        unavailable(problem, "Chromium")
     from playwright.sync_api import sync_playwright
 
     playwright = sync_playwright().start()

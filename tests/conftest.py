@@ -13,12 +13,19 @@ import pytest
 from hypothesis import settings
 
 from telar_checkpoint.stores import Store
+from tests import servers
 
 # The browser tests' fixtures, defined here once: a session fixture imported into two test modules
 # would be two fixtures, and two Playwright instances in one process (tests/browser.py).
 from tests.browser import browser, page  # noqa: F401
 from tests.graphs import Api
 from tests.stores import SHARED_KINDS, STORE_KINDS, make_store
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The test servers' plugin: each test declares those it uses, skips without them, and fails
+    if it reaches another; the run starts its own Redis Cluster (tests/servers.py)."""
+    config.pluginmanager.register(servers, "telar-test-servers")
 
 # --- Hypothesis: CI replays the same examples every run (a red CI must be reproducible);
 # explore new ones locally, or with TELAR_FUZZ_EXAMPLES for a longer run. ---

@@ -3,17 +3,13 @@
 `make_store(kind, tmp_path, request)` builds a store and registers its cleanup:
 file and sqlite live under `tmp_path`, postgres gets a fresh schema (dropped
 after), redis and redis-cluster a unique key prefix (its keys deleted after, on
-every node). A server that cannot be reached skips the test, or fails it when
-``CI=true``. The servers are taken from ``TELAR_TEST_POSTGRES`` /
-``TELAR_TEST_REDIS`` / ``TELAR_TEST_REDIS_CLUSTER`` when set (the cluster:
-``.ci/redis-cluster.sh start``).
+every node). The servers, and how a test declares those it uses, are in
+`tests.servers`.
 """
 
 from __future__ import annotations
 
-import functools
 import multiprocessing
-import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,78 +21,26 @@ import pytest
 from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from telar_checkpoint.testing import child_exit_code as child_exit_code  # for the tests that import it from here
+from tests import servers
+from tests.servers import POSTGRES_URL, REDIS_URL, redis_cluster_admin, unavailable
 
 STORE_KINDS = ["memory", "file", "sqlite", "postgres", "redis", "redis-cluster"]
 LOCAL_KINDS = ["memory", "file", "sqlite"]
 SERVER_KINDS = ["postgres", "redis", "redis-cluster"]
 SHARED_KINDS = ["file", "sqlite", "postgres", "redis", "redis-cluster"]  # several processes can open the same one
 
-POSTGRES_URL = os.environ.get("TELAR_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("TELAR_TEST_REDIS", "redis://127.0.0.1:6379/0")
-REDIS_CLUSTER_URL = os.environ.get("TELAR_TEST_REDIS_CLUSTER", "redis+cluster://127.0.0.1:7000")
-
-
-def unavailable(what: str) -> None:
-    """Skip the test because `what` is missing, or fail it on CI, where everything must run."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{what} (CI=true: server tests must run)", pytrace=False)
-    pytest.skip(what)
-
-
-@functools.cache
-def postgres_problem() -> str | None:
-    """Why the test PostgreSQL server cannot be used, or None when it can."""
-    try:
-        import psycopg
-
-        from telar_checkpoint.stores.postgres import server_name
-
-        with psycopg.connect(POSTGRES_URL, connect_timeout=2):
-            return None
-    except ImportError:
-        return "psycopg is not installed"
-    except Exception:
-        return f"PostgreSQL server at {server_name(POSTGRES_URL)} not reachable"
-
-
-@functools.cache
-def redis_problem() -> str | None:
-    """Why the test Redis server cannot be used, or None when it can."""
-    try:
-        import redis
-
-        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
-        client.ping()
-        client.close()
-        return None
-    except ImportError:
-        return "redis is not installed"
-    except Exception:
-        kwargs = redis.Redis.from_url(REDIS_URL).connection_pool.connection_kwargs
-        return f"Redis server at {kwargs.get('host')}:{kwargs.get('port')} not reachable"
-
-
-@functools.cache
-def redis_cluster_problem() -> str | None:
-    """Why the test Redis Cluster cannot be used, or None when it can."""
-    try:
-        import redis  # noqa: F401
-    except ImportError:
-        return "redis is not installed"
-    try:
-        client = redis_cluster_admin()
-        client.ping()
-        client.close()
-        return None
-    except Exception as exc:
-        return f"Redis Cluster at {REDIS_CLUSTER_URL} not reachable ({type(exc).__name__}; start it with .ci/redis-cluster.sh start)"
 
 
 def require_server(kind: str) -> None:
-    problems = {"postgres": postgres_problem, "redis": redis_problem, "redis-cluster": redis_cluster_problem}
-    problem = problems[kind]() if kind in problems else None
+    """Skip the running test (fail it on CI) when the `kind` server is missing; the test must
+    declare it too (`tests.servers`)."""
+    if kind not in servers.PROBLEMS:
+        return  # memory, file, sqlite: no server
+    if servers.GUARD.test is not None and kind not in servers.GUARD.allowed:
+        pytest.fail(f"{servers.GUARD.test} uses {servers.SERVER_NAMES[kind]}: mark it @pytest.mark.servers({kind!r})", pytrace=False)
+    problem = servers.PROBLEMS[kind]()
     if problem:
-        unavailable(problem)
+        unavailable(problem, servers.SERVER_NAMES[kind])
 
 
 def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
@@ -123,7 +67,7 @@ def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Sto
     elif kind == "redis-cluster":
         from telar_checkpoint.stores.redis import RedisStore
 
-        store = RedisStore(REDIS_CLUSTER_URL, prefix=f"{tag}:", connect_timeout=2, client_name=tag)
+        store = RedisStore(servers.REDIS_CLUSTER_URL, prefix=f"{tag}:", connect_timeout=2, client_name=tag)
         request.addfinalizer(lambda: redis_delete_prefix(f"{tag}:", cluster=True))
     else:
         raise ValueError(f"unknown store kind {kind!r}")
@@ -222,16 +166,6 @@ def redis_node_admins(store: Store) -> Iterator[list[Any]]:
     finally:
         for admin in admins:
             admin.close()
-
-
-def redis_cluster_admin() -> Any:
-    """A client of the test cluster, outside any store."""
-    from redis.cluster import ClusterNode, RedisCluster
-
-    from telar_checkpoint.stores.url import cluster_nodes
-
-    nodes, options = cluster_nodes(REDIS_CLUSTER_URL)
-    return RedisCluster(startup_nodes=[ClusterNode(*node) for node in nodes], socket_connect_timeout=2, **options)
 
 
 def redis_delete_prefix(prefix: str, *, cluster: bool = False) -> None:

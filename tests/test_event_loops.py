@@ -117,6 +117,7 @@ def test_event_loops_one_after_another_never_hang_nor_leak(kind: str, tmp_path: 
     saver.store.close()
 
 
+@pytest.mark.servers("postgres")
 def test_a_loop_closed_by_hand_has_its_postgres_connections_closed_by_the_next(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -183,13 +183,11 @@ async def _drain(items) -> list:
     return [item async for item in items]
 
 
+@pytest.mark.servers("redis")
 def test_an_async_call_on_a_sync_only_redis_client_says_what_to_pass(request) -> None:
     import redis
 
     from telar_checkpoint.errors import NoAsyncDriverError
-    from tests.stores import require_server
-
-    require_server("redis")
     from telar_checkpoint.stores.redis import RedisStore
 
     store = RedisStore("redis://127.0.0.1:6379/0", prefix="telar_first_hour:", connection_class=redis.Connection)
@@ -199,14 +197,13 @@ def test_an_async_call_on_a_sync_only_redis_client_says_what_to_pass(request) ->
         asyncio.run(TelarSaver(store).aget_tuple({"configurable": {"thread_id": "t"}}))
 
 
+@pytest.mark.servers("postgres")
 def test_an_async_call_with_a_sync_postgres_cursor_says_what_to_pass(request) -> None:
     import psycopg
 
     from telar_checkpoint.errors import NoAsyncDriverError
-    from tests.stores import POSTGRES_URL, require_server
-
-    require_server("postgres")
     from telar_checkpoint.stores.postgres import PostgresStore
+    from tests.stores import POSTGRES_URL
 
     store = PostgresStore(POSTGRES_URL, schema="telar_first_hour", cursor_factory=psycopg.Cursor)
     request.addfinalizer(store.close)

@@ -25,7 +25,8 @@ from telar_checkpoint.errors import ForeignStoreError, UsageError
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from telar_checkpoint.stores.url import open_store
 from tests.graphs import multi_step
-from tests.stores import POSTGRES_URL, REDIS_URL, postgres_admin, require_server
+from tests.servers import uses_servers
+from tests.stores import POSTGRES_URL, REDIS_URL, postgres_admin
 
 PROG = "telar-checkpoint: error: "
 SHARE_HINT = "pass share_database=True (TelarSaver(url, share_database=True), or ?share_database=true in the URL)"
@@ -188,9 +189,9 @@ def test_the_thread_count_is_bounded(tmp_path: Path) -> None:
 
 
 @pytest.fixture
+@uses_servers("postgres")
 def langgraph_schema() -> Any:
     """A fresh schema where a LangGraph PostgresSaver stored two threads; its URL."""
-    require_server("postgres")
     from langgraph.checkpoint.postgres import PostgresSaver
 
     schema = f"telar_test_{uuid.uuid4().hex[:12]}"
@@ -272,11 +273,11 @@ REDIS_DB = 9  # a database of its own: the LangGraph keys here would make every 
 
 
 @pytest.fixture
+@uses_servers("redis")
 def langgraph_redis() -> Any:
     """Keys as langgraph-checkpoint-redis's RedisSaver writes them (langgraph/checkpoint/redis/base.py,
     key_registry.py: prefix:thread:ns:checkpoint...; ns "" as "__empty__"), for two threads, in a
     database of their own; its URL and client. (Its values are RedisJSON documents; strings here.)"""
-    require_server("redis")
     import redis
 
     url = REDIS_URL.rsplit("/", 1)[0] + f"/{REDIS_DB}"

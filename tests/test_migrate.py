@@ -489,6 +489,7 @@ def test_open_source_sqlite_url(tmp_path, monkeypatch) -> None:
             assert report.source == "SqliteSaver" and report.target == "TelarSaver (memory store)"
 
 
+@pytest.mark.servers("postgres")
 def test_open_source_postgres_url() -> None:
     with postgres_source() as saver:
         fill(saver)

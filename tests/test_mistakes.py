@@ -22,7 +22,7 @@ from telar_checkpoint.migration import open_source
 from telar_checkpoint.stores.opening import open_existing, open_target
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from tests.graphs import multi_step
-from tests.stores import POSTGRES_URL, postgres_admin, require_server
+from tests.stores import POSTGRES_URL, postgres_admin
 
 PROG = "telar-checkpoint: error: "
 LOOKS_LANGGRAPH = "this looks like a LangGraph SqliteSaver database: did you mean langgraph+sqlite:///"
@@ -144,8 +144,8 @@ def test_a_plain_path_must_be_a_directory_of_ours(capsys, tmp_path, langgraph_db
 # --- an empty Postgres database, an unreachable server -----------------------------------------------------
 
 
+@pytest.mark.servers("postgres")
 def test_an_empty_postgres_schema_is_not_given_tables(capsys) -> None:
-    require_server("postgres")
     schema = f"telar_test_{uuid.uuid4().hex[:12]}"
     postgres_admin(f'CREATE SCHEMA "{schema}"')
     try:
@@ -214,8 +214,8 @@ def test_export_to_a_missing_directory(capsys, our_db) -> None:
     assert (code, out, err) == (2, "", f"{PROG}cannot write /nonexistent/dir/x.jsonl: No such file or directory\n")
 
 
+@pytest.mark.servers("postgres")
 def test_a_postgres_store_of_ours_is_read_without_setup(capsys) -> None:
-    require_server("postgres")
     from telar_checkpoint.stores.postgres import PostgresStore
 
     schema = f"telar_test_{uuid.uuid4().hex[:12]}"
@@ -235,8 +235,8 @@ def test_a_postgres_store_of_ours_is_read_without_setup(capsys) -> None:
         postgres_admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+@pytest.mark.servers("postgres")
 def test_a_langgraph_postgres_database_as_a_store_is_named(capsys) -> None:
-    require_server("postgres")
     from langgraph.checkpoint.postgres import PostgresSaver
 
     schema = f"telar_test_{uuid.uuid4().hex[:12]}"
@@ -309,8 +309,8 @@ def test_a_sqlite_database_under_a_file_is_named_as_such(tmp_path) -> None:
         SQLiteStore(tmp_path / "afile" / "db.sqlite").read("t")
 
 
+@pytest.mark.servers("postgres")
 def test_our_postgres_store_as_a_langgraph_source_is_named(capsys) -> None:
-    require_server("postgres")
     from telar_checkpoint.stores.postgres import PostgresStore
 
     schema = f"telar_test_{uuid.uuid4().hex[:12]}"
@@ -329,9 +329,9 @@ def test_our_postgres_store_as_a_langgraph_source_is_named(capsys) -> None:
         postgres_admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+@pytest.mark.servers("postgres")
 def test_alist_inside_from_conn_string_in_one_loop_after_another_never_hangs() -> None:
     """The issue's second script, on Postgres: 20 loops, each bounded."""
-    require_server("postgres")
     import asyncio
 
     schema = f"telar_test_{uuid.uuid4().hex[:12]}"

@@ -38,7 +38,8 @@ from telar_checkpoint.testing import child_exit_code  # noqa: E402
 from telar_checkpoint.testing._workers import append, assert_all_lines  # noqa: E402
 from tests.agent_graph import build, question  # noqa: E402
 from tests.graphs import async_interrupts, history_summary, summary  # noqa: E402
-from tests.stores import POSTGRES_URL, postgres_admin, require_server  # noqa: E402
+from tests.servers import uses_servers  # noqa: E402
+from tests.stores import POSTGRES_URL, postgres_admin  # noqa: E402
 
 SYNC_KINDS = ["connection", "connection-autocommit", "pool", "pool-dict-row"]
 ASYNC_KINDS = ["async-connection", "async-connection-autocommit", "async-pool-dict-row"]
@@ -56,9 +57,9 @@ def strict_allowlist(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+@uses_servers("postgres")
 def tag() -> Iterator[str]:
     """A schema of the test's own, dropped after."""
-    require_server("postgres")
     name = f"telar_test_{uuid.uuid4().hex[:12]}"
     yield name
     postgres_admin(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
@@ -296,12 +297,12 @@ def test_an_async_connection_or_pool_refuses_sync_calls_changing_nothing(tag: st
 # Refusals, in our words, writing nothing
 
 
+@pytest.mark.servers("postgres")
 def test_other_types_and_connection_options_are_refused() -> None:
     for bad in (42, b"postgresql://x", None, object()):
         expected = "conninfo must be a conninfo string .* a psycopg Connection or AsyncConnection, or a psycopg_pool"
         with pytest.raises(ArgumentTypeError, match=expected):
             PostgresStore(bad)  # type: ignore[arg-type]
-    require_server("postgres")
     with psycopg.connect(POSTGRES_URL) as conn:
         with pytest.raises(UsageError, match="takes no connection options \\(application_name\\)"):
             PostgresStore(conn, application_name="x")

@@ -117,6 +117,79 @@ def test_the_quickstart_prints_what_the_readme_shows(tmp_path) -> None:
     )
 
 
+def install_line(text: str) -> list[str]:
+    """The words of the Install section's first command."""
+    section = text[text.index("## Install"):text.index("## Quickstart")]
+    return shlex.split(re.search(r"`(pip install [^`]+)`", section).group(1))
+
+
+def installed_with(words: list[str]) -> set[str]:
+    """The distributions that `pip install ...` (`words`) installs: the ones it names, this project
+    ("." or "-e .", without extras unless named), and what they require, as installed here."""
+    import importlib.metadata as metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    wanted: list[Requirement] = []
+    for word in words[2:]:
+        if word == "-e":
+            continue
+        if word.startswith("."):
+            extras = word[2:-1] if word.startswith(".[") else ""
+            wanted.append(Requirement(f"{PYPROJECT['name']}[{extras}]" if extras else PYPROJECT["name"]))
+        else:
+            wanted.append(Requirement(word))
+    found: set[str] = set()
+    while wanted:
+        requirement = wanted.pop()
+        name = canonicalize_name(requirement.name)
+        extras = requirement.extras or {""}
+        key = {f"{name}[{extra}]" for extra in extras}
+        if key <= found:
+            continue
+        found |= key | {name}
+        for required in metadata.requires(name) or []:
+            dependency = Requirement(required)
+            if dependency.marker is None or any(dependency.marker.evaluate({"extra": extra}) for extra in extras):
+                wanted.append(dependency)
+    return {name for name in found if "[" not in name}
+
+
+def providers(module: str) -> set[str]:
+    """The installed distributions whose files hold `module` (none for the standard library)."""
+    import importlib.metadata as metadata
+    import importlib.util
+
+    from packaging.utils import canonicalize_name
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin, module
+    origin = Path(spec.origin).resolve()
+    if not any(part in ("site-packages", "dist-packages") for part in origin.parts) and ROOT not in origin.parents:
+        return set()  # the standard library
+    return {
+        canonicalize_name(dist.metadata["Name"])
+        for dist in metadata.distributions()
+        if any(Path(dist.locate_file(file)).resolve() == origin for file in dist.files or [])
+    } or ({canonicalize_name(PYPROJECT["name"])} if ROOT in origin.parents else set())
+
+
+def test_the_install_line_installs_what_the_quickstart_imports() -> None:
+    """Every module the Quickstart imports comes with the Install section's command (issue 51:
+    `pip install -e .` alone left `langgraph.graph` missing)."""
+    import ast
+
+    quickstart = next(body for lang, body in blocks(readme()) if lang == "python")
+    modules = {alias.name for node in ast.walk(ast.parse(quickstart)) if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {node.module for node in ast.walk(ast.parse(quickstart)) if isinstance(node, ast.ImportFrom) and node.module}
+    installed = installed_with(install_line(readme()))
+    for module in sorted(modules):
+        provided = providers(module)
+        assert not provided or provided & installed, f"the Quickstart imports {module} ({sorted(provided)}), not installed"
+    assert installed_with(["pip", "install", "-e", "."]).isdisjoint(providers("langgraph.graph")), "the check sees what is missing"
+
+
 def commands(text: str) -> list[list[str]]:
     """The commands of the console blocks without prompts (the ones to copy), split at `&&`."""
     found = []

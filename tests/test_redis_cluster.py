@@ -21,12 +21,14 @@ from telar_checkpoint.errors import StoreError, UsageError
 from telar_checkpoint.stores import Store, open_store
 from telar_checkpoint.stores.url import cluster_nodes
 from tests.graphs import history_summary, multi_step
-from tests.stores import REDIS_CLUSTER_URL, describe, make_store, processes, redis_admin, redis_cluster_admin, reopen
+from tests.servers import REDIS_CLUSTER_URL, uses_servers
+from tests.stores import describe, make_store, processes, redis_admin, redis_cluster_admin, reopen
 
 BRACED = ["{a}", "{a}b", "a{", "}", "{}", "{", "{{a}}", "x{a}y", "", "nul\x00{", "тред{🧵}", "{00000000}"]
 
 
 @pytest.fixture
+@uses_servers("redis-cluster")
 def cluster_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     return make_store("redis-cluster", tmp_path, request)
 
@@ -220,6 +222,7 @@ def test_app_servers_in_processes_share_the_cluster(cluster_store: Store) -> Non
 SCHEMA_2 = {"t": "one\ntwo\n", "nul\x00key": "é🧵\n", "{braced}": "x\n"}
 
 
+@pytest.mark.servers("redis")
 def test_a_schema_2_prefix_is_read_as_it_is_and_its_index_built_when_rebuilt(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

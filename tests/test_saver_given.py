@@ -19,14 +19,15 @@ from telar_checkpoint.errors import ArgumentTypeError, NoAsyncDriverError, NoSyn
 from telar_checkpoint.stores.redis_clients import GIVEN_FROM, REDIS_VERSION
 from tests.agent_graph import build, question
 from tests.graphs import async_interrupts
-from tests.stores import POSTGRES_URL, REDIS_URL, postgres_admin, require_server
+from tests.servers import uses_servers
+from tests.stores import POSTGRES_URL, REDIS_URL, postgres_admin
 
 REDIS_DB = 11  # TelarSaver(client) keeps the store's default prefix: these tests use a database of their own
 
 
 @pytest.fixture
+@uses_servers("postgres")
 def schema() -> Iterator[str]:
-    require_server("postgres")
     name = f"telar_test_{uuid.uuid4().hex[:12]}"
     postgres_admin(f'CREATE SCHEMA "{name}"')
     yield name
@@ -34,8 +35,8 @@ def schema() -> Iterator[str]:
 
 
 @pytest.fixture
+@uses_servers("redis")
 def redis_url() -> Iterator[str]:
-    require_server("redis")
     url = REDIS_URL.rsplit("/", 1)[0] + f"/{REDIS_DB}" if REDIS_URL.count("/") > 2 else f"{REDIS_URL}/{REDIS_DB}"
     yield url
     import redis

@@ -14,7 +14,7 @@ from telar_checkpoint import TelarSaver
 from telar_checkpoint.errors import TelarError, UsageError
 from telar_checkpoint.stores import FileStore
 from telar_checkpoint.stores.sqlite import SQLiteStore
-from tests.stores import POSTGRES_URL, REDIS_URL, postgres_admin, require_server
+from tests.stores import POSTGRES_URL, REDIS_URL, postgres_admin
 
 CONFIG: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 METADATA: Any = {"source": "input", "step": 0, "parents": {}}
@@ -36,8 +36,8 @@ def test_a_sqlite_url_opens_a_sqlite_store_not_a_directory(tmp_path: Path, monke
     assert not (tmp_path / "sqlite:").exists()
 
 
+@pytest.mark.servers("postgres")
 def test_a_postgres_url_opens_a_postgres_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    require_server("postgres")
     monkeypatch.chdir(tmp_path)
     schema = f"telar_test_{uuid.uuid4().hex[:12]}"
     postgres_admin(f'CREATE SCHEMA "{schema}"')
@@ -52,8 +52,8 @@ def test_a_postgres_url_opens_a_postgres_store(tmp_path: Path, monkeypatch: pyte
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.servers("redis")
 def test_a_redis_url_opens_a_redis_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    require_server("redis")
     monkeypatch.chdir(tmp_path)
     with TelarSaver(REDIS_URL) as saver:
         assert saver.store.kind == "redis" and saver.store.url == REDIS_URL  # type: ignore[attr-defined]

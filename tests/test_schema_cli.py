@@ -29,7 +29,8 @@ from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from telar_checkpoint.stores.url import open_store
 from tests.schema_graphs import SCHEMA, graph_v1, graph_v2
-from tests.stores import POSTGRES_URL, REDIS_CLUSTER_URL, REDIS_URL, postgres_admin, redis_delete_prefix, require_server
+from tests.servers import REDIS_CLUSTER_URL
+from tests.stores import POSTGRES_URL, REDIS_URL, postgres_admin, redis_delete_prefix, require_server
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = "tests.schema_graphs:SCHEMA"

@@ -82,6 +82,7 @@ async def test_the_first_async_call_after_the_server_dropped_the_connections_suc
         await store.aclose()
 
 
+@pytest.mark.servers("postgres")
 def test_a_postgres_delete_racing_the_first_write_of_a_thread_leaves_it_absent_or_whole(
     tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -47,16 +47,19 @@ class TestSQLiteStore(OurStore):
     forked_child_writes = False  # its copy of SQLite holds the parent's lock for ever
 
 
+@pytest.mark.servers("postgres")
 class TestPostgresStore(OurStore):
     kind = "postgres"
     shared = True
 
 
+@pytest.mark.servers("redis")
 class TestRedisStore(OurStore):
     kind = "redis"
     shared = True
 
 
+@pytest.mark.servers("redis-cluster")
 class TestRedisClusterStore(OurStore):
     kind = "redis-cluster"
     shared = True
@@ -132,6 +135,7 @@ def test_a_saver_on_a_plain_store_runs_a_graph_and_its_time_travel() -> None:
     assert [m.content for m in forked["messages"]] == ["one", "heard 1", "again", "heard 3"]
 
 
+@pytest.mark.servers("postgres")
 class PostgresGiven(StoreTests):
     """PostgresStore on the application's own sync connection or pool (issue 41): its async methods
     refuse (NoAsyncDriverError), another store object opens the same schema on its own URL, and
@@ -217,7 +221,8 @@ class RedisGiven(StoreTests):
         from telar_checkpoint.stores.redis import RedisStore
         from telar_checkpoint.stores.redis_clients import GIVEN_FROM, REDIS_VERSION
         from telar_checkpoint.stores.url import cluster_nodes
-        from tests.stores import REDIS_CLUSTER_URL, REDIS_URL, redis_delete_prefix, require_server
+        from tests.servers import REDIS_CLUSTER_URL
+        from tests.stores import REDIS_URL, redis_delete_prefix, require_server
 
         if REDIS_VERSION < GIVEN_FROM:
             pytest.skip(f"a given client needs redis-py {GIVEN_FROM} or newer (tests/test_redis_given.py checks the refusal)")
@@ -239,14 +244,16 @@ class RedisGiven(StoreTests):
 
     def opener(self, store: Store) -> Callable[[], Store]:
         from telar_checkpoint.stores.redis import RedisStore
-        from tests.stores import REDIS_CLUSTER_URL, REDIS_URL
+        from tests.servers import REDIS_CLUSTER_URL, REDIS_URL
 
         return functools.partial(RedisStore, REDIS_CLUSTER_URL if self.cluster else REDIS_URL, prefix=store.prefix)  # type: ignore[attr-defined]
 
 
+@pytest.mark.servers("redis")
 class TestRedisGivenClientStore(RedisGiven):
     cluster = False
 
 
+@pytest.mark.servers("redis-cluster")
 class TestRedisClusterGivenClientStore(RedisGiven):
     cluster = True

@@ -12,7 +12,7 @@ import pytest
 from telar_checkpoint.errors import StoreError, UsageError
 from telar_checkpoint.stores import FileStore, MemoryStore, Store, open_store
 from telar_checkpoint.stores.sqlite import SQLiteStore
-from tests.stores import POSTGRES_URL, REDIS_URL, require_server
+from tests.stores import POSTGRES_URL, REDIS_URL
 
 
 def test_file_urls_and_plain_paths(tmp_path: Path) -> None:
@@ -38,10 +38,9 @@ def test_memory_url() -> None:
     assert isinstance(open_store("memory://"), MemoryStore)
 
 
-@pytest.mark.parametrize("url", [POSTGRES_URL, POSTGRES_URL.replace("postgresql://", "postgres://"), REDIS_URL])
-def test_server_urls(url: str) -> None:
-    kind = "redis" if url.startswith("redis") else "postgres"
-    require_server(kind)
+@pytest.mark.parametrize("url, kind", [(POSTGRES_URL, "postgres"), (POSTGRES_URL.replace("postgresql://", "postgres://"), "postgres"),
+                                       (REDIS_URL, "redis")])  # fmt: skip
+def test_server_urls(url: str, kind: str) -> None:
     tag = f"telar_test_url_{uuid.uuid4().hex[:12]}"  # a space of its own: tests run in parallel
     store: Store = open_store(url, **({"schema": tag} if kind == "postgres" else {"prefix": f"{tag}:"}))
     try:

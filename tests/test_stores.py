@@ -30,7 +30,6 @@ from tests.stores import (
     redis_admin,
     redis_delete_prefix,
     reopen,
-    require_server,
     unavailable,
 )
 
@@ -331,6 +330,7 @@ def test_redis_server_down_then_back(private_redis: Any) -> None:
         store.close()
 
 
+@pytest.mark.servers("redis")
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_redis_calls_past_max_connections_wait_for_one(asynchronous: bool, request: pytest.FixtureRequest) -> None:
     """More calls at once than the store's connections wait for a free one (redis-py's plain pool
@@ -341,7 +341,6 @@ def test_redis_calls_past_max_connections_wait_for_one(asynchronous: bool, reque
 
     from telar_checkpoint.stores.redis import RedisStore
 
-    require_server("redis")
     tag = f"telar_test_{uuid.uuid4().hex[:12]}"
     store = RedisStore(REDIS_URL, prefix=f"{tag}:", max_connections=3, client_name=tag)
     request.addfinalizer(lambda: redis_delete_prefix(f"{tag}:"))
