@@ -247,6 +247,8 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        if self.process.stdout is not None:  # else an unclosed-file ResourceWarning
+            self.process.stdout.close()
         self.stderr.close()
 
 

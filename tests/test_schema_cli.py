@@ -359,7 +359,7 @@ def test_an_interrupted_upgrade_is_finished_by_a_second_run(capsys, tmp_path, mo
         child.send_signal(signal.SIGKILL)
     finally:
         child.kill()
-        child.wait()
+        child.communicate()  # waits, and closes its pipes
     assert child.returncode == -signal.SIGKILL
     done = [t for t in threads if version_of(store, t) == 2]
     assert 30 < len(done) < len(threads)  # killed part way

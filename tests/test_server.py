@@ -268,24 +268,24 @@ async def test_a_thread_paused_at_an_interrupt_resumes_after_a_restart(server: D
     paused_ref, done_ref = _reference(server.project, "tea", "green")
 
     with server.running() as url:
-        client = get_client(url=url)
-        thread = await client.threads.create()
-        thread_id = thread["thread_id"]
-        paused = await client.runs.wait(thread_id, "agent", input={"topic": "tea", "log": []})
-        _same_pause(paused, paused_ref)
+        async with get_client(url=url) as client:  # closes its HTTP connections
+            thread = await client.threads.create()
+            thread_id = thread["thread_id"]
+            paused = await client.runs.wait(thread_id, "agent", input={"topic": "tea", "log": []})
+            _same_pause(paused, paused_ref)
 
     # Our saver wrote the thread: its file holds the state at the interrupt.
     assert _our_state(server.checkpoints, thread_id) == {"topic": "tea", "log": []}
 
     with server.running() as url:
-        client = get_client(url=url)
-        # The dev server kept its thread table in .langgraph_api across the clean restart.
-        assert (await client.threads.get(thread_id))["status"] == "interrupted"
-        state = await client.threads.get_state(thread_id)
-        assert state["next"] == ["ask"]
-        assert [i["value"] for i in state["tasks"][0]["interrupts"]] == [{"question": "what about tea?"}]
-        done = await client.runs.wait(thread_id, "agent", command={"resume": "green"})
-        assert done == done_ref
+        async with get_client(url=url) as client:
+            # The dev server kept its thread table in .langgraph_api across the clean restart.
+            assert (await client.threads.get(thread_id))["status"] == "interrupted"
+            state = await client.threads.get_state(thread_id)
+            assert state["next"] == ["ask"]
+            assert [i["value"] for i in state["tasks"][0]["interrupts"]] == [{"question": "what about tea?"}]
+            done = await client.runs.wait(thread_id, "agent", command={"resume": "green"})
+            assert done == done_ref
 
     assert _our_state(server.checkpoints, thread_id)["log"] == done_ref["log"]
 
@@ -297,25 +297,25 @@ async def test_a_thread_resumes_from_our_files_when_the_servers_own_table_is_los
     paused_ref, done_ref = _reference(server.project, "coffee", "black")
 
     with server.running() as url:
-        client = get_client(url=url)
-        thread_id = (await client.threads.create())["thread_id"]
-        _same_pause(await client.runs.wait(thread_id, "agent", input={"topic": "coffee", "log": []}), paused_ref)
+        async with get_client(url=url) as client:
+            thread_id = (await client.threads.create())["thread_id"]
+            _same_pause(await client.runs.wait(thread_id, "agent", input={"topic": "coffee", "log": []}), paused_ref)
 
     # As on a fresh machine or container: the server's own files are gone, ours remain.
     shutil.rmtree(server.project / ".langgraph_api")
     assert _our_state(server.checkpoints, thread_id) == {"topic": "coffee", "log": []}
 
     with server.running() as url:
-        client = get_client(url=url)
-        with pytest.raises(NotFoundError):
-            await client.threads.get(thread_id)
-        # Re-create the thread under its old id: the state comes back from our checkpoints.
-        await client.threads.create(thread_id=thread_id, graph_id="agent", if_exists="do_nothing")
-        state = await client.threads.get_state(thread_id)
-        assert state["values"] == {"topic": "coffee", "log": []}
-        assert state["next"] == ["ask"]
-        done = await client.runs.wait(thread_id, "agent", command={"resume": "black"})
-        assert done == done_ref
+        async with get_client(url=url) as client:
+            with pytest.raises(NotFoundError):
+                await client.threads.get(thread_id)
+            # Re-create the thread under its old id: the state comes back from our checkpoints.
+            await client.threads.create(thread_id=thread_id, graph_id="agent", if_exists="do_nothing")
+            state = await client.threads.get_state(thread_id)
+            assert state["values"] == {"topic": "coffee", "log": []}
+            assert state["next"] == ["ask"]
+            done = await client.runs.wait(thread_id, "agent", command={"resume": "black"})
+            assert done == done_ref
 
     assert _our_state(server.checkpoints, thread_id)["log"] == done_ref["log"]
 

@@ -63,7 +63,8 @@ def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, dict
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, response.read().decode(), dict(response.headers)
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(), dict(exc.headers)
+        with exc:  # closes its connection (else a ResourceWarning)
+            return exc.code, exc.read().decode(), dict(exc.headers)
 
 
 def thread_url(base: str, thread_id: str, **params: Any) -> str:
@@ -203,6 +204,7 @@ def test_the_store_is_only_read(stored: tuple[Path, dict[str, str]]) -> None:
             request = urllib.request.Request(thread_url(base, threads["chat"]), method=method, data=b"")
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(request, timeout=10)
+            refused.value.close()  # its connection
             assert refused.value.code == 405
     store.close()
     assert tree_bytes(path) == before
