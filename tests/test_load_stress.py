@@ -321,7 +321,8 @@ def test_writes_that_come_before_their_put_survive_a_rewrite(kind: str, tmp_path
     saver.put(config(c0), y, {"source": "input", "step": 0, "parents": {}}, {})  # run B
     saver.put(config(c0), z, {"source": "input", "step": 0, "parents": {}}, {})  # B again: replaces y, a rewrite
     saver.put(config(c0), x, {"source": "loop", "step": 0, "parents": {}}, {})  # x's put arrives
-    stored = TelarSaver(reopen(describe(store))).get_tuple(config(x))
+    with TelarSaver(reopen(describe(store))) as other:  # a store object of its own, closed after
+        stored = other.get_tuple(config(x))
     assert stored is not None and stored.config["configurable"]["checkpoint_id"] == x["id"]
     assert [(t, ch, v) for t, ch, v in stored.pending_writes] == [("task-a", "messages", "A's step")]
 
@@ -334,6 +335,7 @@ def test_a_saver_that_read_a_replacement_names_the_latest_checkpoint(kind: str, 
     must name a1 (the newest id, as a new saver and InMemorySaver do) the latest; A names b1."""
     store = make_store(kind, tmp_path, request)
     a_saver, b_saver = TelarSaver(store), TelarSaver(reopen(describe(store)))
+    request.addfinalizer(b_saver.store.close)
     a0, b0, b1, a1 = (empty_checkpoint() for _ in range(4))  # ids in the order made: a0 < b0 < b1 < a1
     names = {c["id"]: name for c, name in ((a0, "a0"), (b0, "b0"), (b1, "b1"), (a1, "a1"))}
 
@@ -345,6 +347,7 @@ def test_a_saver_that_read_a_replacement_names_the_latest_checkpoint(kind: str, 
     a_saver.put(config(a0), a1, {"source": "loop", "step": 0, "parents": {}}, {})
     b_saver.put(config(b0), b1, {"source": "loop", "step": 0, "parents": {}}, {})
     fresh = TelarSaver(reopen(describe(store)))
+    request.addfinalizer(fresh.store.close)
     latest = {label: names[saver.get_tuple(config()).config["configurable"]["checkpoint_id"]]
               for label, saver in (("A", a_saver), ("B", b_saver), ("new", fresh))}
     assert latest == {"A": "a1", "B": "a1", "new": "a1"}
