@@ -38,6 +38,7 @@ REDIS_CLUSTER_URL = os.environ.get("TELAR_TEST_REDIS_CLUSTER", "redis+cluster://
 SERVER_NAMES = {"postgres": "PostgreSQL", "redis": "Redis", "redis-cluster": "Redis Cluster"}
 START_SECONDS = 30.0  # bounds each wait of starting the cluster
 LOOPBACK = {"localhost": "127.0.0.1", "::1": "127.0.0.1"}
+NO_REDIS_SERVER = "redis-server is not installed (apt-get install redis-server)"  # for a test that starts its own
 
 
 def unavailable(problem: str, what: str | None = None) -> None:
@@ -317,7 +318,7 @@ def pytest_configure(config: pytest.Config) -> None:
     elif "TELAR_TEST_REDIS_CLUSTER" not in os.environ and not config.option.collectonly:
         server = shutil.which("redis-server")
         if server is None:
-            CLUSTER_NOT_STARTED = "redis-server is not installed (apt-get install redis-server), nor TELAR_TEST_REDIS_CLUSTER set"
+            CLUSTER_NOT_STARTED = f"{NO_REDIS_SERVER}, nor TELAR_TEST_REDIS_CLUSTER set"
         else:
             directory = Path(tempfile.mkdtemp(prefix="telar-test-cluster-"))
             try:

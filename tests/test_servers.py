@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import POSTGRES_URL, REDIS_URL, unavailable
+from tests.servers import NO_REDIS_SERVER, POSTGRES_URL, REDIS_URL, unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,7 +137,7 @@ CLUSTER = """
 def test_a_run_starts_a_redis_cluster_of_its_own_and_stops_it(tmp_path: Path) -> None:
     server = shutil.which("redis-server")
     if server is None:
-        unavailable("redis-server is not installed (apt-get install redis-server)", "redis-server")
+        unavailable(NO_REDIS_SERVER, "redis-server")
     done = run(tmp_path, CLUSTER, TELAR_TEST_REDIS_CLUSTER=None)
     assert done.returncode == 0, done.stdout + done.stderr
     url = re.search(r"Redis Cluster for the tests: (redis\+cluster://\S+)", done.stdout)

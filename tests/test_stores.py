@@ -21,6 +21,7 @@ import pytest
 from telar_checkpoint.errors import StoreError
 from telar_checkpoint.stores import FileStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
+from tests.servers import NO_REDIS_SERVER
 from tests.stores import (
     REDIS_URL,
     child_exit_code,
@@ -255,7 +256,7 @@ async def test_connections_dropped_mid_update_async(server_store: Store) -> None
 def private_redis(tmp_path: Path) -> Iterator[Callable[[], None]]:
     """A redis-server of our own on a free port (AOF, fsync always), and a function that restarts it."""
     if shutil.which("redis-server") is None:
-        unavailable("redis-server is not installed")
+        unavailable(NO_REDIS_SERVER, "redis-server")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -35,6 +35,7 @@ from telar_checkpoint.ui.app import make_app, parse_filter  # noqa: E402
 from telar_checkpoint.ui.views import CUT, DEPTH, TIMELINE, tree  # noqa: E402
 from tests.browser import serve_asgi  # noqa: E402
 from tests.graphs import multi_step  # noqa: E402
+from tests.servers import NO_REDIS_SERVER, unavailable  # noqa: E402
 from tests.stores import make_store  # noqa: E402
 from tests.ui_threads import make_big_thread, make_chat, make_fanout, make_ui_threads  # noqa: E402
 
@@ -353,7 +354,7 @@ def test_a_store_that_cannot_be_read_is_named_on_the_page(tmp_path: Path) -> Non
     """A Redis server of the test's own, stopped while the viewer serves it."""
     server = shutil.which("redis-server")
     if server is None:
-        pytest.skip("redis-server is not installed")
+        unavailable(NO_REDIS_SERVER, "redis-server")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
