@@ -327,7 +327,8 @@ def pytest_configure(config: pytest.Config) -> None:
                 CLUSTER_NOT_STARTED = f"the test run could not start one ({exc}; logs in {directory})"
             else:
                 config.add_cleanup(lambda: (stop_cluster(processes), shutil.rmtree(directory, ignore_errors=True)))
-    os.environ["TELAR_TEST_REDIS_CLUSTER"] = REDIS_CLUSTER_URL  # for the processes tests start
+    if CLUSTER_NOT_STARTED is None:
+        os.environ["TELAR_TEST_REDIS_CLUSTER"] = REDIS_CLUSTER_URL  # for the processes tests start
     GUARD.addresses = server_addresses()
     GUARD.install()
 
