@@ -8,6 +8,7 @@ user", "No silent empty store"). The databases are written by LangGraph's real s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import shlex
 import sqlite3
@@ -117,7 +118,7 @@ def test_share_database_opens_it_beside_langgraph(langgraph_db: Path) -> None:
     result = multi_step().compile(checkpointer=saver).invoke(START, config("mine"))
     assert result == {"log": ["a", "b", "c"], "count": 3}
     saver.store.close()
-    with sqlite3.connect(langgraph_db) as conn:
+    with contextlib.closing(sqlite3.connect(langgraph_db)) as conn, conn:
         names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"checkpoints", "writes", "telar_meta", "telar_chunks"} <= names
     with SqliteSaver.from_conn_string(str(langgraph_db)) as lg:  # LangGraph's data is as it was
@@ -139,7 +140,7 @@ def test_the_store_alone_refuses_it_and_open_store_passes_the_option(langgraph_d
     assert store.read("t1") is None and store.share_database  # type: ignore[attr-defined]
     store.close()
     other = tmp_path / "other.sqlite"  # a database of other tables, or none: opened as before
-    with sqlite3.connect(other) as conn:
+    with contextlib.closing(sqlite3.connect(other)) as conn, conn:
         conn.execute("CREATE TABLE notes (body TEXT)")
     for url in (f"sqlite:///{other}", f"sqlite:///{tmp_path / 'new.sqlite'}"):
         with TelarSaver.from_conn_string(url) as saver:
@@ -179,7 +180,7 @@ def test_the_thread_count_is_bounded(tmp_path: Path) -> None:
         saver.conn.commit()
     with pytest.raises(ForeignStoreError, match=r"\(at least 10,000 threads\)"):
         TelarSaver(f"sqlite:///{path}").get_tuple(config("t1"))
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("DELETE FROM checkpoints WHERE thread_id <> 't1'")
     with pytest.raises(ForeignStoreError, match=r"\(1 thread\)"):
         TelarSaver(f"sqlite:///{path}").get_tuple(config("t1"))

@@ -10,6 +10,7 @@ edited by hand into garbage gives a clear error for its thread and leaves the ot
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import random
@@ -361,7 +362,7 @@ def raw_garbage(store: Store, key: str) -> None:
     elif store.kind == "sqlite":
         import sqlite3
 
-        with sqlite3.connect(store.path) as conn:  # type: ignore[attr-defined]
+        with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:  # type: ignore[attr-defined]
             conn.execute("DELETE FROM telar_chunks WHERE key = ?", (key.encode(),))
             conn.execute("INSERT INTO telar_chunks (key, value) VALUES (?, CAST(? AS TEXT))", (key.encode(), data))
     elif store.kind == "redis":

@@ -5,6 +5,7 @@ Each case runs through the library and through the CLI."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import uuid
@@ -39,7 +40,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def tables(path: Path) -> set[str]:
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 

@@ -5,6 +5,7 @@ The contract every store keeps is tests/test_store_contract.py (`telar_checkpoin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -50,7 +51,7 @@ def test_schema_version_recorded_and_newer_refused(store: Store) -> None:
     assert store.schema_version() == current_schema(store)  # type: ignore[attr-defined]
     kind, options = describe(store)
     if kind == "sqlite":
-        with sqlite3.connect(options["path"]) as conn:
+        with contextlib.closing(sqlite3.connect(options["path"])) as conn, conn:
             conn.execute("UPDATE telar_meta SET value = '99' WHERE name = 'schema_version'")
     elif kind == "postgres":
         postgres_admin(f'UPDATE "{options["schema"]}".telar_meta SET value = \'99\'')
@@ -76,7 +77,7 @@ def write_schema_1(store: Store) -> None:
     """The layout of schema 1 (one value per thread, no versions), written by hand where `store` will look."""
     kind, options = describe(store)
     if kind == "sqlite":
-        with sqlite3.connect(options["path"]) as conn:
+        with contextlib.closing(sqlite3.connect(options["path"])) as conn, conn:
             conn.execute("CREATE TABLE telar_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             conn.execute("CREATE TABLE telar_histories (key BLOB PRIMARY KEY, value TEXT NOT NULL)")
             conn.execute("INSERT INTO telar_meta VALUES ('schema_version', '1')")

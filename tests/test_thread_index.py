@@ -4,6 +4,7 @@ give what a scan of every thread gives, on every store; an index that is missing
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sqlite3
@@ -170,7 +171,7 @@ def forget_index(store: Store) -> None:
         store.close()
         shutil.rmtree(Path(options["directory"]) / ".index")
     elif kind == "sqlite":
-        with sqlite3.connect(options["path"]) as conn:
+        with contextlib.closing(sqlite3.connect(options["path"])) as conn, conn:
             conn.execute("DELETE FROM telar_terms")
             conn.execute("DELETE FROM telar_meta WHERE name = 'index'")
             conn.execute("UPDATE telar_meta SET value = '2' WHERE name = 'schema_version'")
