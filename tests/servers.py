@@ -109,6 +109,18 @@ def redis_cluster_problem() -> str | None:
 PROBLEMS = {"postgres": postgres_problem, "redis": redis_problem, "redis-cluster": redis_cluster_problem}
 
 
+def require_server(kind: str) -> None:
+    """Skip the running test (fail it on CI) when the `kind` server is missing; the test must
+    declare it too. Memory, file and sqlite need none."""
+    if kind not in PROBLEMS:
+        return
+    if GUARD.test is not None and kind not in GUARD.allowed:
+        pytest.fail(f"{GUARD.test} uses {SERVER_NAMES[kind]}: mark it @pytest.mark.servers({kind!r})", pytrace=False)
+    problem = PROBLEMS[kind]()
+    if problem:
+        unavailable(problem, SERVER_NAMES[kind])
+
+
 def redis_cluster_admin() -> Any:
     """A client of the test cluster, outside any store."""
     from redis.cluster import ClusterNode, RedisCluster
@@ -266,20 +278,16 @@ class Guard:
     def install(self) -> None:
         """Wrap what opens connections: Python's sockets (redis-py, asyncio) and psycopg's connect (libpq's)."""
         guard = self
-        connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
+        def watched(connect: Any) -> Any:
+            def guarded(sock: socket.socket, address: Any) -> Any:
+                if isinstance(address, tuple):
+                    guard.reached(address[0], address[1], 0)
+                return connect(sock, address)
 
-        def guarded_connect(sock: socket.socket, address: Any) -> Any:
-            if isinstance(address, tuple):
-                guard.reached(address[0], address[1], 0)
-            return connect(sock, address)
+            return guarded
 
-        def guarded_connect_ex(sock: socket.socket, address: Any) -> Any:
-            if isinstance(address, tuple):
-                guard.reached(address[0], address[1], 0)
-            return connect_ex(sock, address)
-
-        socket.socket.connect = guarded_connect  # type: ignore[method-assign]
-        socket.socket.connect_ex = guarded_connect_ex  # type: ignore[method-assign]
+        socket.socket.connect = watched(socket.socket.connect)  # type: ignore[method-assign]
+        socket.socket.connect_ex = watched(socket.socket.connect_ex)  # type: ignore[method-assign]
         try:
             import psycopg
         except ImportError:
@@ -352,9 +360,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     GUARD.test, GUARD.allowed, GUARD.undeclared = item.nodeid, kinds | GUARD.own, set()
     GUARD.own = kinds
     for kind in sorted(kinds):
-        problem = PROBLEMS[kind]()
-        if problem:
-            unavailable(problem, SERVER_NAMES[kind])
+        require_server(kind)
 
 
 @pytest.hookimpl(tryfirst=True)

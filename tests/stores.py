@@ -22,25 +22,13 @@ from telar_checkpoint.stores import FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from telar_checkpoint.testing import child_exit_code as child_exit_code  # for the tests that import it from here
 from tests import servers
-from tests.servers import POSTGRES_URL, REDIS_URL, redis_cluster_admin, unavailable
+from tests.servers import POSTGRES_URL, REDIS_URL, redis_cluster_admin, require_server, unavailable  # noqa: F401 (imported from here)
 
 STORE_KINDS = ["memory", "file", "sqlite", "postgres", "redis", "redis-cluster"]
 LOCAL_KINDS = ["memory", "file", "sqlite"]
 SERVER_KINDS = ["postgres", "redis", "redis-cluster"]
 SHARED_KINDS = ["file", "sqlite", "postgres", "redis", "redis-cluster"]  # several processes can open the same one
 
-
-
-def require_server(kind: str) -> None:
-    """Skip the running test (fail it on CI) when the `kind` server is missing; the test must
-    declare it too (`tests.servers`)."""
-    if kind not in servers.PROBLEMS:
-        return  # memory, file, sqlite: no server
-    if servers.GUARD.test is not None and kind not in servers.GUARD.allowed:
-        pytest.fail(f"{servers.GUARD.test} uses {servers.SERVER_NAMES[kind]}: mark it @pytest.mark.servers({kind!r})", pytrace=False)
-    problem = servers.PROBLEMS[kind]()
-    if problem:
-        unavailable(problem, servers.SERVER_NAMES[kind])
 
 
 def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:

@@ -180,9 +180,9 @@ def test_the_install_line_installs_what_the_quickstart_imports() -> None:
     `pip install -e .` alone left `langgraph.graph` missing)."""
     import ast
 
-    quickstart = next(body for lang, body in blocks(readme()) if lang == "python")
-    modules = {alias.name for node in ast.walk(ast.parse(quickstart)) if isinstance(node, ast.Import) for alias in node.names}
-    modules |= {node.module for node in ast.walk(ast.parse(quickstart)) if isinstance(node, ast.ImportFrom) and node.module}
+    quickstart = ast.parse(next(body for lang, body in blocks(readme()) if lang == "python"))
+    modules = {alias.name for node in ast.walk(quickstart) if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {node.module for node in ast.walk(quickstart) if isinstance(node, ast.ImportFrom) and node.module}
     installed = installed_with(install_line(readme()))
     for module in sorted(modules):
         provided = providers(module)

@@ -128,7 +128,8 @@ class OwnClients:
         options = self.options
         # The asyncio clients get the asyncio Retry (redis-py>=8 warns when given the sync one);
         # a `retry` of the caller's goes to both as given.
-        self._async_retry = "retry" not in client_options
+        async_retry = {} if "retry" in client_options else {"retry": redis.asyncio.retry.Retry(NoBackoff(), 0)}
+        self.async_options = {**self.options, **async_retry}
         self._lock = threading.Lock()
         self.client: Any = None  # Any: its replies are bytes (decode_responses is off), which redis-py's types cannot say
         self.direct = False
@@ -200,9 +201,7 @@ class OwnClients:
                 "which its async methods cannot use: use the sync methods, or give it no connection_class "
                 "(for TLS, a rediss:// URL; for a socket, unix://)"
             )
-        options = self.options
-        if self._async_retry:
-            options = {**options, "retry": redis.asyncio.retry.Retry(NoBackoff(), 0)}
+        options = self.async_options
         if self.cluster:
             nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self._nodes]
             options = {**_CLUSTER_DEFAULTS, **self._node_options, **options}
