@@ -27,20 +27,25 @@ from benchmarks.contenders import Contender, Lab, open_contenders, server_proble
 from benchmarks.workloads import Settings, agent_loop, log
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.history import History
-from telar_checkpoint.writing import Histories
+from telar_checkpoint.threads import ThreadRecords
 
 RESULTS = Path(__file__).parent / "results"
 
 
+def _records(saver: TelarSaver, records: ThreadRecords) -> None:
+    """Give the saver (its writer and index) other records of its threads."""
+    saver._records = saver._writer.records = saver._index.records = records
+
+
 def _histories_off(contender: Contender) -> str:
-    """B: no parsed history kept (`Histories` of size 0): every read reads and parses the thread,
-    every write takes the store's update."""
-    contender.saver._writer.histories = Histories(0)  # type: ignore[attr-defined]
+    """B: no parsed history kept (`ThreadRecords` of no thread): every read reads and parses the
+    thread, every write takes the store's update."""
+    _records(contender.saver, ThreadRecords(0))  # type: ignore[arg-type]
     return "no histories kept"
 
 
-class _VersionsOnly(Histories):
-    """`Histories` that keeps no text: a string read after another writer appended is parsed whole."""
+class _VersionsOnly(ThreadRecords):
+    """`ThreadRecords` that keep no text: a string read after another writer appended is parsed whole."""
 
     def keep(self, thread_id: str, version: Any, history: History, text: str | None) -> None:
         super().keep(thread_id, version, history, None)
@@ -50,7 +55,7 @@ class Replicas(BaseCheckpointSaver[Any]):
     """Two savers on one store that serve the invokes of a thread in turn, as two replicas of a
     server behind a load balancer do: each invoke starts with `get_tuple`, which passes the turn.
     Each replica then finds the thread moved on by the other (its kept history is stale), reads
-    the string, and parses it: whole, or with the text `Histories` keeps only the lines the other appended."""
+    the string, and parses it: whole, or with the text `ThreadRecords` keep only the lines the other appended."""
 
     def __init__(self, first: TelarSaver, second: TelarSaver) -> None:
         super().__init__(serde=first.serde)
@@ -78,12 +83,12 @@ class Replicas(BaseCheckpointSaver[Any]):
 
 
 def _texts_off_replicas(contender: Contender) -> str:
-    """B: two replicas (`Replicas`) whose `Histories` keep no text (`_VersionsOnly`): the string
+    """B: two replicas (`Replicas`) whose `ThreadRecords` keep no text (`_VersionsOnly`): the string
     each reads after the other wrote is parsed whole, where A parses only the lines appended
     since its last read. The case the text is kept for."""
     assert isinstance(contender.saver, Replicas)
     for replica in contender.saver.replicas:
-        replica._writer.histories = _VersionsOnly()
+        _records(replica, _VersionsOnly())
     return "two replicas, no text kept"
 
 

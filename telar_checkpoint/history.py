@@ -304,6 +304,18 @@ class History:
         self.torn, self.holds_trimmed, self.floors_appended, self.development_lines = None, False, 0, 0
         return text
 
+    def latest_alone(self) -> str | None:
+        """The text of a history holding what a read of this thread's latest checkpoint needs, and
+        no more: the root namespace's record and its latest checkpoint, values written whole, with
+        its writes. None when a read needs more (a subgraph's checkpoint is newer, or none is stored)."""
+        entry = self.latest("")
+        if entry is None or entry.line.id != self._max_id or len(self.namespaces()) != 1:
+            return None
+        whole = entry.whole()
+        root = self.dropped.get("")
+        out = render([root] if root is not None else [], [(whole.line, self.writes_records("", whole.line.id, whole.writes))], [])
+        return "".join(line + "\n" for line in out)
+
     def in_current_versions(self, text: str) -> str:
         """`text`, the string this history was read from, with every line in format version 1 or
         2: written again (from a copy) when it holds lines of a development build, else as it is."""

@@ -8,13 +8,12 @@ the pure codec, so the sync and async twins share all their logic.
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import sys
 import time
-import uuid
 import weakref
 from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
-from datetime import datetime
 from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
@@ -39,41 +38,26 @@ from telar_checkpoint.codec import (
     entry_filter,
     listed,
 )
-from telar_checkpoint.errors import ArgumentTypeError, SaverClosedError, SaverContextError, TelarError, UsageError
+from telar_checkpoint.errors import ArgumentTypeError, SaverClosedError, SaverContextError, UsageError
 from telar_checkpoint.format import WritesLine
 from telar_checkpoint.history import History
-from telar_checkpoint.lifetime import (
-    RECORD_DAYS,
-    TTL,
-    Clock,
-    Lifetimes,
-    Sweeper,
-    SweepReport,
-    deletion,
-    expiry_after,
-    own_ttl,
-    ttl_settings,
-    written_at,
-)
-from telar_checkpoint.rules import DeleteThread, Put
-from telar_checkpoint.schema import Schema, SchemaThreads
+from telar_checkpoint.lifetime import TTL, Clock, Lifetime, SweepReport, check_strategy, deletion, ttl_settings
+from telar_checkpoint.rules import Put
 from telar_checkpoint.serde_allowlist import with_msgpack_allowlist
 from telar_checkpoint.serializer import JsonSerializer
+from telar_checkpoint.state_schema import Schema, SchemaThreads
 from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
-from telar_checkpoint.stores.base import ABSENT, Change, Expiring, Store
+from telar_checkpoint.stores.base import ABSENT, Change, Store
 from telar_checkpoint.stores.file import FileStore
 from telar_checkpoint.thread_index import ThreadIndex, metadata_terms
+from telar_checkpoint.threads import ThreadRecords
 from telar_checkpoint.values import ValueCodec
-from telar_checkpoint.writing import RewriteThread, Writer
+from telar_checkpoint.writing import RewriteThread, ThreadPolicy, Writer
 
 DEFAULT_DIRECTORY = ".telar-checkpoint"
 # A thread's history larger than this (characters) is parsed, and its checkpoint decoded, on a
 # worker thread by the async methods, not on the event loop (about 9 ms of parsing).
 OFF_LOOP_CHARS = 256 * 1024
-SWEEP_BATCH = 500  # expired threads a sweep asks the store for at a time
-SWEEP_PASS = 10_000  # threads one pass of the background sweep handles at most
-SWEEP_LEASE = "sweep"  # the lease that keeps two sweeps of a store from running at once
-LEASE_SECONDS = 300.0  # how long a sweep's lease lasts unless renewed (after each batch)
 Version = int | str
 AppConnection = Any  # a psycopg connection or pool, or a redis-py client, the application's own (see TelarSaver)
 
@@ -143,6 +127,12 @@ def _thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
         check_config("TelarSaver", "config", config)
         raise
     raise UsageError(_NO_THREAD_ID)
+
+
+def _latest_read(config: RunnableConfig) -> tuple[str, bool]:
+    """The thread a `get_tuple` reads, and whether it reads the thread's latest checkpoint."""
+    thread_id, ns = _thread_and_ns(config)
+    return thread_id, not ns and not get_checkpoint_id(config)
 
 
 class _Closed:
@@ -218,45 +208,31 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             raise ArgumentTypeError(f"clock must be a function giving the time in seconds (as time.time), not {type(clock).__name__}")
         self.clock: Clock = clock or time.time
         check_max_history(max_history)
+        settings = None if ttl is None else ttl if isinstance(ttl, TTL) else ttl_settings(ttl)
         serde = serde or JsonSerializer()
         super().__init__(serde=serde)
         self.store: Store = store if isinstance(store, Store) else _open_store(store, share_database)
-        self.max_history = max_history
+        self.max_history, self.schema, self.ttl = max_history, schema, settings
         self.codec = CheckpointCodec(serde, keep_finished_subgraphs=keep_finished_subgraphs)
-        self._index = ThreadIndex(self.store, self.codec)
-        self._writer = Writer(self.store, self._index, keep_finished_subgraphs)
-        self.schema = schema
-        self._schema_threads = SchemaThreads(schema, self.codec) if schema is not None else None
-        self.ttl: TTL | None = None
-        self._lifetimes: Lifetimes | None = None
-        self._sweeper: Sweeper | None = None
-        if ttl is not None:
-            self._set_ttl(ttl, opened=not isinstance(store, Store))
-
-    def _set_ttl(self, ttl: TTL | Mapping[str, Any], opened: bool) -> None:
-        self.ttl = ttl if isinstance(ttl, TTL) else ttl_settings(ttl)
-        if not isinstance(self.store, Expiring):
-            if opened:
-                self.store.close()
-            raise UsageError(
-                f"ttl needs a store that keeps an expiry index (stores.base.Expiring), which this {self.store.kind} store "
-                "does not: use one of ours (files, sqlite://, postgresql://, redis://, memory://)"
-            )
-        self._lifetimes = Lifetimes(self.ttl, self.clock)
-        self._holder = uuid.uuid4().hex  # this saver's name in the sweep's lease
-        if self.ttl.sweep_interval_minutes is not None:
-            ref = weakref.ref(self)
+        self._records = ThreadRecords()
+        self._index = ThreadIndex(self.store, self.codec, self._records)
+        self._writer = Writer(self.store, self._index, self._records, keep_finished_subgraphs)
+        self._lifetime = Lifetime(settings, self.clock, self.store, self._records, self) if settings is not None else None
+        self._policies: tuple[ThreadPolicy, ...] = tuple(
+            p for p in (SchemaThreads(schema, self, self._records) if schema is not None else None, self._lifetime) if p is not None
+        )
+        if self._lifetime is not None:
+            ref = weakref.ref(self)  # the sweep holds the saver weakly: a saver nobody holds goes
 
             def sweep() -> SweepReport | None:
                 saver = ref()
-                return None if saver is None else saver.sweep(limit=SWEEP_PASS)
+                return None if saver is None else saver.sweep(limit=saver._lifetime_for("sweep").pass_limit)
 
             async def asweep() -> SweepReport | None:
                 saver = ref()
-                return None if saver is None else await saver.asweep(limit=SWEEP_PASS)
+                return None if saver is None else await saver.asweep(limit=saver._lifetime_for("sweep").pass_limit)
 
-            self._sweeper = Sweeper(self.ttl.sweep_interval_minutes * 60, sweep, asweep)
-            self._sweeper.start_thread()
+            self._lifetime.start(sweep, asweep)
 
     @classmethod
     def from_conn_string(cls, url: str, **options: Any) -> _SaverContext:
@@ -290,19 +266,19 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._sweeper is not None:
-            self._sweeper.stop()
+        if self._lifetime is not None and self._lifetime.sweeper is not None:
+            self._lifetime.sweeper.stop()
         self._closed()
         self.store.close()
 
     async def __aenter__(self) -> TelarSaver:
-        if self._sweeper is not None:  # an async saver sweeps in a task of its event loop
-            self._sweeper.start_task()
+        if self._lifetime is not None and self._lifetime.sweeper is not None:  # an async saver sweeps in a task of its event loop
+            self._lifetime.sweeper.start_task()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._sweeper is not None:
-            await self._sweeper.astop()
+        if self._lifetime is not None and self._lifetime.sweeper is not None:
+            await self._lifetime.sweeper.astop()
         self._closed()
         await self.store.aclose()
 
@@ -327,66 +303,62 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         allowlist = tuple(dict.fromkeys((*values.allowlist, *extra_allowlist)))
         if serde is values.serde and len(allowlist) == len(values.allowlist):
             return self
-        clone = type(self)(
-            self.store, max_history=self.max_history, serde=serde,
-            keep_finished_subgraphs=self.codec.keep_finished_subgraphs, schema=self.schema, clock=self.clock,
-        )
-        clone.ttl, clone._lifetimes = self.ttl, self._lifetimes  # (the sweep stays this saver's)
-        clone._holder = uuid.uuid4().hex  # its own name in the sweep's lease: its sweeps and this one's take turns
+        clone = copy.copy(self)  # the same store, records, index and writer: the two savers' writers take turns
+        clone.serde = serde
+        clone.codec = CheckpointCodec(serde, keep_finished_subgraphs=self.codec.keep_finished_subgraphs)
         clone.codec.values = ValueCodec(serde, allowlist=allowlist)
-        clone._index = self._index
-        clone._writer = self._writer.sharing_turns()  # one saver's writers take turns
+        clone._lifetime = self._lifetime.sharing(clone) if self._lifetime is not None else None  # (the sweep stays this saver's)
+        clone._policies = tuple(
+            p for p in (SchemaThreads(self.schema, clone, self._records) if self.schema is not None else None, clone._lifetime)
+            if p is not None
+        )
         return clone
 
-    # --- pure pieces, shared by the sync and async methods ------------------------
+    # --- reading a thread, and the one write route ------------------------------------
 
-    # --- reading and writing a thread: the same steps, sync and async ---------------
-
-    def _parsed(self, thread_id: str, version: Hashable | None, text: str | None, version_after: Hashable | None) -> History:
-        return self._writer.histories.parse(thread_id, text, version if version_after == version else None)
-
-    async def _aparsed(self, thread_id: str, version: Hashable | None, text: str | None, version_after: Hashable | None) -> History:
-        if text is not None and len(text) > OFF_LOOP_CHARS:  # parsing takes about 35 ms a MB
-            return await asyncio.to_thread(self._parsed, thread_id, version, text, version_after)
-        return self._parsed(thread_id, version, text, version_after)
-
-    def _history_steps(self, thread_id: str, *, as_read: bool = True) -> Steps[History]:
-        """The thread's parsed history, read only when the store's version says it changed; as
-        readers see it (`as_read`: an expired thread through `_visible_steps`), else as stored."""
-        store, versioned = self.store, self._writer.versioned
+    def _stored_steps(self, thread_id: str, latest: bool = False) -> Steps[History]:
+        """The thread's parsed history as stored, read only when the store's version says it
+        changed (`latest`: only its latest checkpoint will be read, see `ThreadRecords.get`)."""
+        store, versioned, records = self.store, self._writer.versioned, self._records
         version = (yield call(versioned.version, versioned.aversion, thread_id)) if versioned is not None else None
-        history = self._writer.histories.get(thread_id, version)
+        history = records.get(thread_id, version, latest)
         if history is None and versioned is not None and version is None:  # nothing stored: nothing to read
-            history = self._writer.histories.parse(thread_id, None, ABSENT)
+            history = records.parse(thread_id, None, ABSENT)
         elif history is None:
             text = yield call(store.read, store.aread, thread_id)
             version_after = None
             if versioned is not None and version is not None:
                 version_after = yield call(versioned.version, versioned.aversion, thread_id)
-            history = yield call(self._parsed, self._aparsed, thread_id, version, text, version_after)
-        if self._schema_threads is not None:
-            history = self._schema_threads.read(thread_id, history)
-        if as_read and self._lifetimes is not None:
-            history = yield from self._visible_steps(thread_id, history)
+            known = version if version_after == version else None
+            history = yield call(self._parsed, self._aparsed, thread_id, text, known)
         return history
 
-    def _schema_first_write(self, thread_id: str) -> Steps[None] | None:
-        """With a schema, before this saver's first write of a thread: the steps that bring it to
-        the schema's version (`SchemaThreads.write_steps`); None when there is nothing to do."""
-        threads = self._schema_threads
-        if threads is None or not threads.before_write(thread_id):
-            return None
-        return threads.write_steps(self, thread_id, self._history_steps(thread_id, as_read=False))
+    def _parsed(self, thread_id: str, text: str | None, version: Hashable | None) -> History:
+        return self._records.parse(thread_id, text, version)
 
-    def _forget_schema(self, thread_id: str) -> None:
-        if self._schema_threads is not None:
-            self._schema_threads.forget(thread_id)
+    async def _aparsed(self, thread_id: str, text: str | None, version: Hashable | None) -> History:
+        if text is not None and len(text) > OFF_LOOP_CHARS:  # parsing takes about 35 ms a MB
+            return await asyncio.to_thread(self._parsed, thread_id, text, version)
+        return self._parsed(thread_id, text, version)
 
-    def _history(self, thread_id: str) -> History:
-        return run(self._history_steps(thread_id))
+    def _history_steps(self, thread_id: str, latest: bool = False) -> Steps[History]:
+        """The thread's history as readers see it: as stored, then through each policy."""
+        history = yield from self._stored_steps(thread_id, latest)
+        for policy in self._policies:
+            history = yield from policy.read_steps(thread_id, history)
+        return history
 
-    async def _ahistory(self, thread_id: str) -> History:
-        return await arun(self._history_steps(thread_id))
+    def _write_steps(self, thread_id: str, change: Put | WritesLine) -> Steps[None]:
+        """The one route of a put or writes: each policy's steps before, the write, then each
+        policy's steps after (none when a policy has nothing to do), at one time by the clock."""
+        now = self.clock() if self._policies else 0.0
+        for policy in self._policies:
+            if (before := policy.before_write(thread_id, now)) is not None:
+                yield from before
+        yield call(self._writer.write, self._writer.awrite, thread_id, change)
+        for policy in self._policies:
+            if (after := policy.after_write(thread_id, now)) is not None:
+                yield from after
 
     def _get(self, config: RunnableConfig, history: History) -> CheckpointTuple | None:
         thread_id, ns = _thread_and_ns(config)
@@ -433,17 +405,6 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         thread_id, ns = _thread_and_ns(config)
         return self.codec.delta_history(thread_id, history, ns, get_checkpoint_id(config), channels)
 
-    def rebuild_index(self) -> int:
-        """Record the index terms of every thread the store holds, reading each once, then note
-        the index ready; the number of threads read. The saver does this itself before it first
-        uses an index that is not ready; call it after editing a file store's threads by hand."""
-        self._check(self.rebuild_index, {})
-        return run(self._index.rebuild_steps())
-
-    async def arebuild_index(self) -> int:
-        self._check(self.rebuild_index, {})
-        return await arun(self._index.rebuild_steps())
-
     def _list_steps(
         self, config: RunnableConfig | None, filter: dict[str, Any] | None, before: RunnableConfig | None, limit: int | None
     ) -> Stream:
@@ -488,214 +449,38 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def _delete_steps(self, thread_id: str) -> Steps[None]:
         """The thread rewritten to the record of its deletion (`rules.DeleteThread`), in turn
         with the saver's other writers: a run still writing to it is refused from then on."""
-        self._index.forget(thread_id)
-        self._forget_schema(thread_id)
+        self._records.forget(thread_id)
         now = self.clock()
         deleted = deletion(now)
         new = yield call(self.rewrite, self.arewrite, thread_id, lambda old: self.codec.delete_thread(old, deleted))
-        if self._lifetimes is not None and new is not None:  # the record is kept a time-to-live, then swept
-            yield from self._set_expiry_steps(thread_id, now + self._record_seconds())
+        if self._lifetime is not None and new is not None:  # the record is kept a time-to-live, then swept
+            yield from self._lifetime.deleted_steps(thread_id, now)
 
     def _prune_steps(self, thread_ids: Sequence[str], strategy: str) -> Steps[None]:
-        strategy = _check_strategy(strategy)
+        strategy = check_strategy("delete" if strategy == "delete_all" else strategy, "the prune strategy")  # (LangGraph server's spelling)
         for thread_id in map(str, thread_ids):
             if strategy == "delete":
                 yield from self._delete_steps(thread_id)
             else:
-                self._index.forget(thread_id)
-                self._forget_schema(thread_id)
+                self._records.forget(thread_id)
                 yield call(self.rewrite, self.arewrite, thread_id, self.codec.keep_latest)
 
-    # --- a thread's lifetime (see `lifetime`), written once for the sync and async methods ---
-
-    def _lifetimes_for(self, method: str) -> Lifetimes:
-        if self._lifetimes is None:
+    def _lifetime_for(self, method: str) -> Lifetime:
+        if self._lifetime is None:
             raise UsageError(
                 f"{method} needs a saver with a time-to-live: TelarSaver(..., ttl={{'default_ttl': 43200}}) "
                 "(minutes), or ttl={} for threads that expire only by their own"
             )
-        return self._lifetimes
+        return self._lifetime
 
-    def _expiry_steps(self, thread_id: str, seconds: float | None, now: float) -> Steps[float | None]:
-        """The thread's expiry in the store (None: none): what this saver knows, when that is
-        later than `now` (the store's only grows), else the store's own."""
-        lifetimes = self._lifetimes
-        assert lifetimes is not None
-        known = lifetimes.known(thread_id, seconds)
-        if known is not None and known > now:
-            return known
-        store: Any = self.store  # Expiring (checked in `_set_ttl`)
-        expiry = yield call(store.expiry, store.aexpiry, thread_id)
-        lifetimes.remember(thread_id, expiry, seconds)
-        return expiry
-
-    def _is_expired_steps(self, thread_id: str, history: History, now: float) -> Steps[bool]:
-        """Whether the thread has expired at `now`: its data and the store both say so."""
-        lifetimes = self._lifetimes
-        assert lifetimes is not None
-        seconds = lifetimes.seconds(history)
-        if not history.entries or not lifetimes.idle(history, now, seconds):
-            return False
-        expiry = yield from self._expiry_steps(thread_id, seconds, now)
-        return expiry is not None and expiry <= now
-
-    def _visible_steps(self, thread_id: str, history: History) -> Steps[History]:
-        """What readers see of the thread: nothing of an expired one (or its latest checkpoint,
-        with "keep_latest"); with `refresh_on_read`, reading a live one restarts its clock."""
-        lifetimes = self._lifetimes
-        assert lifetimes is not None
-        now = self.clock()
-        if (yield from self._is_expired_steps(thread_id, history, now)):
-            return lifetimes.view(history)
-        if lifetimes.ttl.refresh_on_read and history.entries:
-            yield from self._record_steps(thread_id, history, now)
-        return history
-
-    def _record_steps(self, thread_id: str, history: History, now: float) -> Steps[None]:
-        """Record the thread's expiry after a write (or a refreshing read) at `now`, unless the
-        store holds one as late already (as far as this saver knows)."""
-        lifetimes = self._lifetimes
-        assert lifetimes is not None
-        when = lifetimes.due(thread_id, history, now)
-        if when is not None:
-            store: Any = self.store
-            yield call(store.expire_at, store.aexpire_at, thread_id, when)
-            lifetimes.remember(thread_id, when, lifetimes.seconds(history))
-
-    def _lifetime_write_steps(self, thread_id: str, change: Put | WritesLine) -> Steps[None]:
-        """A put or writes on a saver with a time-to-live: an expired thread expires first (a run
-        that continues it is then refused, as after a deletion), then the write, then the
-        thread's new expiry is recorded."""
-        now = self.clock()
-        kept = self._writer.histories.latest(thread_id)
-        history = kept.history if kept is not None else (yield from self._history_steps(thread_id, as_read=False))
-        if (yield from self._is_expired_steps(thread_id, history, now)):
-            yield from self._expire_steps(thread_id, now, SweepReport())
-        yield call(self._writer.write, self._writer.awrite, thread_id, change)
-        kept = self._writer.histories.latest(thread_id)
-        yield from self._record_steps(thread_id, kept.history if kept is not None else history, now)
-
-    def _record_seconds(self) -> float:
-        """How long the record of a deleted thread is kept by a saver with a time-to-live: the
-        default time-to-live, else `RECORD_DAYS`."""
-        minutes = self.ttl.default_ttl if self.ttl is not None else None
-        return minutes * 60 if minutes is not None else RECORD_DAYS * 86400.0
-
-    def _set_expiry_steps(self, thread_id: str, when: float | None) -> Steps[None]:
-        store: Any = self.store
-        yield call(store.set_expiry, store.aset_expiry, thread_id, when)
-        if self._lifetimes is not None:
-            self._lifetimes.forget(thread_id)
-
-    def _fresh_clock_steps(self, thread_id: str) -> Steps[None]:
-        """A thread written whole from elsewhere (a copy, a migration, an import) or given its own
-        time-to-live: its clock starts now, whatever the age of its checkpoints."""
-        lifetimes = self._lifetimes
-        assert lifetimes is not None
-        history = yield from self._history_steps(thread_id, as_read=False)
-        seconds = lifetimes.seconds(history)
-        yield from self._set_expiry_steps(thread_id, expiry_after(self.clock(), seconds) if seconds is not None else None)
-
-    def _expire_steps(self, thread_id: str, now: float, report: SweepReport, dry_run: bool = False) -> Steps[None]:
-        """Expire one thread whose expiry in the store has come, if its data says so too: deleted
-        (to its record) or trimmed to its latest checkpoint; a deletion record kept its time
-        removed; what was done counted in `report`. Its expiry is then set anew: the record's
-        end, none (trimmed), or the time its data gives (written since)."""
-        lifetimes = self._lifetimes
-        assert lifetimes is not None
-        keep_record = self._record_seconds()
-        outcome: list[Any] = []  # what the change did, on its last call: (kind, bytes before, bytes after, next expiry)
-
-        def change(old: str | None) -> str | None:
-            outcome.clear()
-            if old is None:
-                outcome.append(("gone", 0, 0, None))
-                return None
-            history = History.parse(thread_id, old)
-            if history.only_deleted:
-                record = history.deletion_record
-                assert record is not None and record.deleted_at is not None
-                ends = _timestamp(record.deleted_at) + keep_record
-                if ends > now:
-                    outcome.append(("record kept", 0, 0, ends))
-                    return old
-                outcome.append(("record", _bytes(old), 0, None))
-                return old if dry_run else None
-            operation = lifetimes.expired_now(history, now)
-            if operation is None:  # written since (or no longer expiring): expires when its data says
-                seconds = lifetimes.seconds(history)
-                expires = expiry_after(written_at(history) or 0.0, seconds) if seconds is not None and history.entries else None
-                outcome.append(("fresh", 0, 0, expires))
-                return old
-            new = self.codec.edit(old, operation, history=history)[0]
-            deleted = isinstance(operation, DeleteThread)
-            outcome.append(("deleted" if deleted else "trimmed", _bytes(old), _bytes(new), now + keep_record if deleted else None))
-            return old if dry_run else new
-
-        store: Any = self.store
-        try:
-            if dry_run:
-                change((yield call(store.read, store.aread, thread_id)))
-            else:
-                yield call(self.rewrite, self.arewrite, thread_id, change)
-        except TelarError as exc:  # a thread that cannot be read is left as it is, for `repair`
-            report.failed.append((thread_id, str(exc)))
-            if not dry_run:  # tried again by the next sweep a time-to-live on, not by this one
-                yield call(store.expire_at, store.aexpire_at, thread_id, now + keep_record)
-            return
-        kind, before, after, expiry = outcome[0]
-        if kind == "deleted":
-            report.deleted.append(thread_id)
-            self._index.forget(thread_id)
-            self._forget_schema(thread_id)
-        elif kind == "trimmed":
-            report.trimmed.append(thread_id)
-        elif kind == "record":
-            report.records_removed += 1
-        report.bytes_freed += before - after
-        if not dry_run:
-            yield from self._set_expiry_steps(thread_id, expiry)
-
-    def _sweep_steps(self, limit: int | None, dry_run: bool) -> Steps[SweepReport]:
-        """`sweep`, written once: under the store's sweep lease, the expired threads in batches,
-        earliest first, until none is left or `limit` were handled."""
-        self._lifetimes_for("sweep")
-        store: Any = self.store
-        report, now = SweepReport(dry_run=dry_run), self.clock()
-        if not (yield call(store.lease, store.alease, SWEEP_LEASE, self._holder, now, LEASE_SECONDS)):
-            report.skipped = True
-            return report
-        try:
-            handled = 0
-            while limit is None or handled < limit:
-                want = SWEEP_BATCH if limit is None else min(SWEEP_BATCH, limit - handled)
-                if dry_run:  # nothing moves out of the expired range: ask for all of them at once
-                    want = limit if limit is not None else 1 << 62
-                batch = yield call(store.expired, store.aexpired, now, want)
-                for thread_id, _when in batch:
-                    expiry = yield call(store.expiry, store.aexpiry, thread_id)  # (a write since may have moved it on)
-                    if expiry is not None and expiry <= now:
-                        yield from self._expire_steps(thread_id, now, report, dry_run)
-                handled += len(batch)
-                report.examined += len(batch)
-                if dry_run or len(batch) < want:
-                    break
-                if not (yield call(store.lease, store.alease, SWEEP_LEASE, self._holder, self.clock(), LEASE_SECONDS)):
-                    break  # the lease lapsed and another sweep took it: it goes on from here
-        finally:
-            yield call(store.release, store.arelease, SWEEP_LEASE, self._holder)
-        return report
-
-    def _thread_ttl_steps(self, thread_id: str, minutes: float | None | Literal["default"]) -> Steps[None]:
-        self._lifetimes_for("set_thread_ttl")
-        own = own_ttl(minutes)
-        yield call(self.rewrite, self.arewrite, thread_id, lambda old: self.codec.with_ttl(thread_id, old, own))
-        yield from self._fresh_clock_steps(thread_id)
+    def _is_expired_steps(self, thread_id: str) -> Steps[bool]:
+        lifetime = self._lifetime_for("is_expired")
+        return (yield from lifetime.is_expired_steps(thread_id, (yield from self._stored_steps(thread_id)), self.clock()))
 
     # --- sync API -------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._get(config, self._history(_thread_and_ns(config)[0]))
+        return self._get(config, run(self._history_steps(*_latest_read(config))))
 
     def list(
         self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
@@ -708,22 +493,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, change = self._put(config, checkpoint, metadata, new_versions)
-        if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
-            run(upgrading)
-        if self._lifetimes is None or self._lifetimes.quiet(thread_id, self.clock()):
-            self._writer.write(thread_id, change)
-        else:
-            run(self._lifetime_write_steps(thread_id, change))
+        run(self._write_steps(thread_id, change))
         return checkpoint_config(thread_id, change.ns, change.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        thread_id, change = self._writes(config, writes, task_id, task_path)
-        if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
-            run(upgrading)
-        if self._lifetimes is None or self._lifetimes.quiet(thread_id, self.clock()):
-            self._writer.write(thread_id, change)
-        else:
-            run(self._lifetime_write_steps(thread_id, change))
+        run(self._write_steps(*self._writes(config, writes, task_id, task_path)))
 
     def delete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
@@ -744,32 +518,26 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def sweep(self, *, limit: int | None = None, dry_run: bool = False) -> SweepReport:
         """Reclaim the space of expired threads: delete each (to the record that keeps it
         deleted) or, with "keep_latest", trim it to its latest checkpoint; remove the records of
-        threads deleted a time-to-live ago. At most `limit` threads (None: all that expired);
-        `dry_run`: report what would be done, change nothing. One sweep of a store runs at a
-        time, across processes: another finds it `skipped`. Its cost is in the threads that
-        expired, not in those stored (the store's expiry index)."""
+        threads deleted a time-to-live ago. At most `limit` threads (None: the ttl's
+        `sweep_limit`, else all that expired); `dry_run`: report what would be done, change
+        nothing. One sweep of a store runs at a time, across processes: another finds it
+        `skipped`. Its cost is in the threads that expired, not in those stored (the store's
+        expiry index)."""
         self._check(self.sweep, {"limit": limit, "dry_run": dry_run})
-        return run(self._sweep_steps(limit, dry_run))
+        return run(self._lifetime_for("sweep").sweep_steps(limit, dry_run))
 
     def is_expired(self, thread_id: str) -> bool:
         """Whether the thread has expired: idle longer than its time-to-live, so readers no longer
         see it (or see only its latest checkpoint, with "keep_latest") until a sweep reclaims it."""
         self._check(self.is_expired, {"thread_id": thread_id})
-        self._lifetimes_for("is_expired")
-        thread_id = str(thread_id)
-
-        def steps() -> Steps[bool]:
-            history = yield from self._history_steps(thread_id, as_read=False)
-            return (yield from self._is_expired_steps(thread_id, history, self.clock()))
-
-        return run(steps())
+        return run(self._is_expired_steps(str(thread_id)))
 
     def set_thread_ttl(self, thread_id: str, minutes: float | None | Literal["default"]) -> None:
         """Give the thread its own time-to-live, in minutes (None: it never expires; "default":
         the saver's again), kept in the store with it, so every process sees it; its clock
         starts now. UsageError when no thread is stored under that id."""
         self._check(self.set_thread_ttl, {"thread_id": thread_id, "minutes": minutes})
-        run(self._thread_ttl_steps(str(thread_id), minutes))
+        run(self._lifetime_for("set_thread_ttl").thread_ttl_steps(str(thread_id), minutes))
 
     def rewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
         """Change the thread's whole stored history, `change(old) -> new` (None: no thread),
@@ -778,26 +546,37 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         writes waiting to be carried, atomically in the store; the new history. An error of
         `change` is raised here, and the writes carried with it are stored all the same.
         `text`: the history the change writes, when known before (a copy, a migration): its
-        index terms are recorded before it is written. A change that only removes checkpoints
-        needs none (an index may name a thread that no longer holds a term, never the reverse)."""
+        index terms are recorded before it is written, and its clock starts now. A change that
+        only removes checkpoints needs none (an index may name a thread that no longer holds a
+        term, never the reverse)."""
         self._check(self.rewrite, {"thread_id": thread_id, "change": change, "text": text})
+        return run(self._rewrite_steps(thread_id, change, text))
+
+    def _rewrite_steps(self, thread_id: str, change: Change, text: str | None) -> Steps[str | None]:
         rewrite = RewriteThread(change, self._index.text_terms(thread_id, text))
-        self._writer.write(thread_id, rewrite)
+        yield call(self._writer.write, self._writer.awrite, thread_id, rewrite)
         new = rewrite.result()
-        if text is not None and new is not None and self._lifetimes is not None:
-            run(self._fresh_clock_steps(thread_id))
+        if text is not None and new is not None and self._lifetime is not None:
+            yield from self._lifetime.fresh_clock_steps(thread_id)
         return new
 
     def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
         self._check(self.get_delta_channel_history, {"config": config, "channels": channels})
         if not channels:
             return {}
-        return self._delta(config, self._history(_thread_and_ns(config)[0]), channels)
+        return self._delta(config, run(self._history_steps(_thread_and_ns(config)[0])), channels)
 
-    # --- async API: the same logic on the store's async methods ---------------------
+    def rebuild_index(self) -> int:
+        """Record the index terms of every thread the store holds, reading each once, then note
+        the index ready; the number of threads read. The saver does this itself before it first
+        uses an index that is not ready; call it after editing a file store's threads by hand."""
+        self._check(self.rebuild_index, {})
+        return run(self._index.rebuild_steps())
+
+    # --- async API: the same steps, on the store's async methods ---------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        history = await self._ahistory(_thread_and_ns(config)[0])
+        history = await arun(self._history_steps(*_latest_read(config)))
         if history.size > OFF_LOOP_CHARS:  # decoding a large state would hold up the event loop
             return await asyncio.to_thread(self._get, config, history)
         return self._get(config, history)
@@ -814,22 +593,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
         thread_id, change = self._put(config, checkpoint, metadata, new_versions)
-        if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
-            await arun(upgrading)
-        if self._lifetimes is None or self._lifetimes.quiet(thread_id, self.clock()):
-            await self._writer.awrite(thread_id, change)
-        else:
-            await arun(self._lifetime_write_steps(thread_id, change))
+        await arun(self._write_steps(thread_id, change))
         return checkpoint_config(thread_id, change.ns, change.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        thread_id, change = self._writes(config, writes, task_id, task_path)
-        if self._schema_threads is not None and (upgrading := self._schema_first_write(thread_id)) is not None:
-            await arun(upgrading)
-        if self._lifetimes is None or self._lifetimes.quiet(thread_id, self.clock()):
-            await self._writer.awrite(thread_id, change)
-        else:
-            await arun(self._lifetime_write_steps(thread_id, change))
+        await arun(self._write_steps(*self._writes(config, writes, task_id, task_path)))
 
     async def adelete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
@@ -849,20 +617,19 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
 
     async def asweep(self, *, limit: int | None = None, dry_run: bool = False) -> SweepReport:
         self._check(self.sweep, {"limit": limit, "dry_run": dry_run})
-        return await arun(self._sweep_steps(limit, dry_run))
+        return await arun(self._lifetime_for("sweep").sweep_steps(limit, dry_run))
+
+    async def ais_expired(self, thread_id: str) -> bool:
+        self._check(self.is_expired, {"thread_id": thread_id})
+        return await arun(self._is_expired_steps(str(thread_id)))
 
     async def aset_thread_ttl(self, thread_id: str, minutes: float | None | Literal["default"]) -> None:
         self._check(self.set_thread_ttl, {"thread_id": thread_id, "minutes": minutes})
-        await arun(self._thread_ttl_steps(str(thread_id), minutes))
+        await arun(self._lifetime_for("set_thread_ttl").thread_ttl_steps(str(thread_id), minutes))
 
     async def arewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
         self._check(self.rewrite, {"thread_id": thread_id, "change": change, "text": text})
-        rewrite = RewriteThread(change, self._index.text_terms(thread_id, text))
-        await self._writer.awrite(thread_id, rewrite)
-        new = rewrite.result()
-        if text is not None and new is not None and self._lifetimes is not None:
-            await arun(self._fresh_clock_steps(thread_id))
-        return new
+        return await arun(self._rewrite_steps(thread_id, change, text))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -870,7 +637,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._check(self.get_delta_channel_history, {"config": config, "channels": channels})
         if not channels:
             return {}
-        return self._delta(config, await self._ahistory(_thread_and_ns(config)[0]), channels)
+        return self._delta(config, await arun(self._history_steps(_thread_and_ns(config)[0])), channels)
+
+    async def arebuild_index(self) -> int:
+        self._check(self.rebuild_index, {})
+        return await arun(self._index.rebuild_steps())
 
     def get_next_version(self, current: Version | None, channel: None = None) -> Version:
         """The next channel version, of the same JSON type as `current`.
@@ -907,23 +678,6 @@ def _metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str,
             if isinstance(value, (str, int, bool, float)):
                 merged[key] = value
     return merged
-
-
-def _bytes(text: str | None) -> int:
-    return len(text.encode("utf-8", "surrogatepass")) if text else 0
-
-
-def _timestamp(iso: str) -> float:
-    return datetime.fromisoformat(iso).timestamp()
-
-
-def _check_strategy(strategy: str) -> str:
-    """The strategy, with LangGraph server's spelling "delete_all" read as "delete"."""
-    if strategy == "delete_all":
-        return "delete"
-    if strategy not in ("keep_latest", "delete"):
-        raise UsageError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
-    return strategy
 
 
 _SAVER_ATTRIBUTES = frozenset(name for name in dir(BaseCheckpointSaver) if not name.startswith("_"))

@@ -20,7 +20,7 @@ from telar_checkpoint.errors import StoredDataError, UsageError
 from telar_checkpoint.history import History
 from telar_checkpoint.progress import Progress
 from telar_checkpoint.saver import TelarSaver
-from telar_checkpoint.schema import Schema, SchemaError, upgrade_text
+from telar_checkpoint.state_schema import Schema, SchemaError, upgrade_text
 from telar_checkpoint.steps import Steps, arun, call, run
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.file_access import files_mode

@@ -13,6 +13,7 @@ run sync or async by the saver.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
@@ -24,9 +25,9 @@ from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import TelarError
 from telar_checkpoint.steps import Emit, Steps, Stream, call
 from telar_checkpoint.stores.base import Indexed, Store
+from telar_checkpoint.threads import ThreadRecords
 
 KEYS_PAGE = 100  # threads asked of the store at a time by `list(None, ...)`
-TERMS_KEPT = 4096  # threads whose recorded index terms a saver remembers
 
 
 # --- terms -------------------------------------------------------------------------
@@ -59,30 +60,21 @@ def _value_text(value: Any) -> str | None:
     return None
 
 
-# The terms of (key, value) pairs already seen, for values whose equal values all have one term:
-# strings, ints and bools (1 and True share a term, and a dict key). Not floats: NaN equals
-# nothing, so each NaN would take a place of its own. Bounded: emptied when full.
-_MEMO: dict[tuple[str, str | int], str | None] = {}
-_MEMO_SIZE = 4096
-_MEMO_TYPES = (str, int, bool)
-_UNSEEN = "\x00unseen"  # not a term: every term starts "run:" or "meta:"
-
-
 def metadata_term(key: str, value: Any) -> str | None:
     """The term of `key` holding `value`, or None when no term stands for it."""
     if key in UNINDEXED_KEYS:
         return None
-    if type(value) not in _MEMO_TYPES:
-        return _term(key, value)
-    memo_key = (key, value)
-    try:
-        return _MEMO[memo_key]
-    except KeyError:
-        pass
-    if len(_MEMO) >= _MEMO_SIZE:
-        _MEMO.clear()
-    term = _MEMO[memo_key] = _term(key, value)
-    return term
+    return _plain_term(key, value) if type(value) in _PLAIN else _term(key, value)
+
+
+_PLAIN = (str, int, bool)  # values whose equal values all have one term (1 and True share one)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_term(key: str, value: str | int) -> str | None:
+    """`_term`, remembered: every put asks it of the same few metadata values. (Not floats: NaN
+    equals nothing, so each NaN would take a place of its own.)"""
+    return _term(key, value)
 
 
 def _term(key: str, value: Any) -> str | None:
@@ -91,16 +83,10 @@ def _term(key: str, value: Any) -> str | None:
 
 
 def metadata_terms(metadata: Mapping[str, Any]) -> set[str]:
-    """The terms of one checkpoint's metadata: its run id and each plain value (every put asks:
-    a value seen before is looked up in the memo here, `metadata_term` only for the others)."""
+    """The terms of one checkpoint's metadata: its run id and each plain value."""
     terms = set()
     for key, value in metadata.items():
-        if key in UNINDEXED_KEYS:
-            continue
-        term = _MEMO.get((key, value), _UNSEEN) if type(value) in _MEMO_TYPES else _UNSEEN
-        if term is _UNSEEN:
-            term = metadata_term(key, value)
-        if term is not None:
+        if (term := metadata_term(key, value)) is not None:
             terms.add(term)
     run_id = metadata.get("run_id")
     if isinstance(run_id, str):
@@ -136,25 +122,18 @@ def _bounded(term: str) -> str:
 class ThreadIndex:
     """A saver's view of its store's index: what it recorded, and the steps that use the index."""
 
-    def __init__(self, store: Store, codec: CheckpointCodec) -> None:
-        self.store, self.codec = store, codec
+    def __init__(self, store: Store, codec: CheckpointCodec, records: ThreadRecords) -> None:
+        self.store, self.codec, self.records = store, codec, records
         self.indexed: Indexed | None = store if isinstance(store, Indexed) else None  # the store, when it keeps an index
-        self._recorded: dict[str, set[str]] = {}  # thread -> index terms this saver recorded for it
         self._checked = False  # whether the store's index was found ready (or rebuilt)
 
     def new_terms(self, thread_id: str, terms: set[str]) -> set[str]:
         """The terms of a put that this saver has not recorded for the thread yet."""
-        return terms - self._recorded.get(thread_id, set())
+        return terms - self.records.terms(thread_id)
 
     def recorded(self, thread_id: str, terms: set[str]) -> None:
         """Remember that `terms` are recorded for the thread."""
-        if len(self._recorded) >= TERMS_KEPT and thread_id not in self._recorded:
-            self._recorded.clear()
-        self._recorded.setdefault(thread_id, set()).update(terms)
-
-    def forget(self, thread_id: str) -> None:
-        """Forget what was recorded for the thread (it was deleted or rewritten)."""
-        self._recorded.pop(thread_id, None)
+        self.records.add_terms(thread_id, terms)
 
     def history_terms(self, thread_id: str, text: str) -> set[str]:
         """The terms of a whole history (none for a damaged one: the scans that find it, verify
@@ -169,12 +148,12 @@ class ThreadIndex:
         """The terms to record before a rewrite stores `text` (None: nothing to record)."""
         if text is None or self.indexed is None:
             return None
-        self.forget(thread_id)
+        self.records.clear_terms(thread_id)
         return self.history_terms(thread_id, text)
 
     def stale_run_terms(self, thread_id: str, runs: set[str], new: str | None) -> set[str]:
         """The run terms a thread no longer needs once `delete_for_runs` left it `new`."""
-        self.forget(thread_id)
+        self.records.clear_terms(thread_id)
         if new is None or self.indexed is None:
             return set()
         return {run_term(r) for r in runs} - self.history_terms(thread_id, new)
@@ -190,7 +169,7 @@ class ThreadIndex:
                     yield call(indexed.index, indexed.aindex, thread_id, self.history_terms(thread_id, text))
                     count += 1
             yield call(indexed.set_index_ready, indexed.aset_index_ready)
-        self._recorded.clear()
+        self.records.clear_terms()
         self._checked = indexed is not None
         return count
 

@@ -8,7 +8,7 @@ delete_for_runs, prune, copy, migration, import, trim, repair, upgrade). `Writer
 1. The thread's writers in this saver take turns (`Turns`): each starts from the history the
    one before it kept, so each appends. Other processes still race; the store settles that.
 2. A put or writes is applied by the rules (`rules.apply`) to the history kept for the store's
-   last version of the thread (`Histories`), and compaction decides `Append` or `Rewrite`.
+   last version of the thread (`threads.ThreadRecords`), and compaction decides `Append` or `Rewrite`.
    An `Append` is appended only if the store is still at that version (`Versioned.append_if`,
    or `DeferredAppends.append_if_deferred`).
 3. Otherwise (no kept history, a `Rewrite`, a `RewriteThread`, or the store moved on) the
@@ -17,8 +17,8 @@ delete_for_runs, prune, copy, migration, import, trim, repair, upgrade). `Writer
 4. An append to a store that defers durability is flushed after the turn (group commit: the
    next writer appends while this one waits for the disk).
 
-The one cache of parsed histories (`Histories`) lives here too: reads use it, writes keep it
-current.
+What the saver keeps of each thread's string and history (`threads.ThreadRecords`): reads use
+it, writes keep it current.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from typing import Protocol
 
 from telar_checkpoint import forks
 from telar_checkpoint.compaction import Append, edited
@@ -40,14 +39,10 @@ from telar_checkpoint.steps import Steps, arun, call, run
 from telar_checkpoint.stores.base import ABSENT, Store, Versioned
 from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.thread_index import ThreadIndex
+from telar_checkpoint.threads import ThreadRecords
 
 StringChange = Callable[[str | None], "str | None"]
 STRIPES = 64  # the turns' locks a saver's writers share, by the thread id's hash
-CACHED_THREADS = 4096  # parsed histories kept at most, for the most recently used threads
-# ... and the characters of their histories at most (their memory is about twice that): a server's
-# concurrent runs each find their thread kept (at 256 concurrent runs, 64 threads kept halved the
-# throughput: each put read and parsed its whole thread again; benchmarks/results/load.md).
-CACHED_CHARS = 32 * 1024 * 1024
 
 
 class RewriteThread:
@@ -78,112 +73,18 @@ class RewriteThread:
 Change = Put | WritesLine | RewriteThread
 
 
-@dataclass(slots=True, eq=False)
-class _Kept:
-    """What `Histories` keeps of one thread: the store's `version` of it (None: not known), the
-    `history` parsed from or made for that version, and the text it stands for, when known:
-    `text`, then the `suffixes` appended to it since (joined when next needed)."""
+class ThreadPolicy(Protocol):
+    """What a saver does for its threads beside storing them (`schema.SchemaThreads`,
+    `lifetime.Lifetime`): steps on every read of a thread, before and after every put or writes
+    of it, made at `now` by the saver's clock (the saver's one write route,
+    `TelarSaver._write_steps`). A hook with nothing to do returns None, so a write with nothing
+    to do for any policy runs none of their steps."""
 
-    version: Hashable | None
-    history: History
-    text: str | None
-    suffixes: list[str] = field(default_factory=list)
-    pending: int = 0  # characters in `suffixes`
-    weight: int = 0  # the history's characters, as `Histories` counted them
+    def read_steps(self, thread_id: str, history: History) -> Steps[History]: ...
 
+    def before_write(self, thread_id: str, now: float) -> Steps[None] | None: ...
 
-class Histories:
-    """The one cache of parsed histories: per thread, the store's version, the text and its
-    parsed `History`, for the `size` most recently used threads, and no more than `chars`
-    characters of histories in all (bounded, thread-safe).
-
-    A read whose store version is the one kept reads nothing (`get`); a write builds on the
-    history kept for the last version (`latest`). A text that is the one kept reuses its
-    history, and one that extends it (another writer appended) parses only the new lines, into
-    a copy (`parse`). A change never changes a history (see `rules.apply`), so readers in other
-    threads go on using the one they have. Measured (benchmarks/results/ab.md): without the
-    version a saver writing a thread alone is slower; without the text, two savers serving a
-    thread in turn (as server replicas do) are 1.5-2.6 times slower."""
-
-    def __init__(self, size: int = CACHED_THREADS, chars: int = CACHED_CHARS) -> None:
-        self.size, self.chars = size, chars
-        self._items: OrderedDict[str, _Kept] = OrderedDict()
-        self._lock = threading.Lock()
-        self._weight = 0  # the characters of the histories kept
-
-    def _put(self, thread_id: str, new: _Kept) -> None:
-        """Keep `new` as the thread's latest, and forget the least recently used beyond the bounds (under the lock)."""
-        new.weight = new.history.size
-        old = self._items.get(thread_id)
-        self._weight += new.weight - (old.weight if old is not None else 0)
-        self._items[thread_id] = new
-        self._items.move_to_end(thread_id)
-        while len(self._items) > self.size or (self._weight > self.chars and len(self._items) > 1):
-            self._weight -= self._items.popitem(last=False)[1].weight
-
-    def latest(self, thread_id: str) -> _Kept | None:
-        """What is kept for the thread, current or not (on every write)."""
-        with self._lock:
-            kept = self._items.get(thread_id)
-            if kept is not None:
-                self._items.move_to_end(thread_id)
-            return kept
-
-    def get(self, thread_id: str, version: Hashable | None) -> History | None:
-        """The history kept for the thread, if it is at `version`."""
-        kept = self.latest(thread_id) if version is not None else None
-        return kept.history if kept is not None and kept.version == version else None
-
-    def parse(self, thread_id: str | None, text: str | None, version: Hashable | None = None) -> History:
-        """The history of `text` (shared, read-only), kept with `version`: the store's version of
-        that text, or None when it is not known (a read that raced a write)."""
-        text = text or ""
-        if thread_id is None or self.size <= 0:
-            return History.parse(thread_id, text)
-        kept, old = self._text(thread_id)
-        if kept is not None and old is not None:
-            if old is text or old == text:
-                if version is not None and version != kept.version:
-                    self.keep(thread_id, version, kept.history, text)
-                return kept.history
-            if kept.history.torn is None and old and text.startswith(old):
-                history = kept.history.clone()
-                history.extend(text[len(old):])
-                self.keep(thread_id, version, history, text)
-                return history
-        history = History.parse(thread_id, text)
-        self.keep(thread_id, version, history, text)
-        return history
-
-    def _text(self, thread_id: str) -> tuple[_Kept | None, str | None]:
-        """What is kept for the thread, and the whole text it stands for (None: not known)."""
-        with self._lock:
-            kept = self._items.get(thread_id)
-            if kept is None or kept.text is None:
-                return kept, None
-            if kept.suffixes:
-                kept.text, kept.suffixes, kept.pending = kept.text + "".join(kept.suffixes), [], 0
-            return kept, kept.text
-
-    def keep(self, thread_id: str, version: Hashable | None, history: History, text: str | None) -> None:
-        """Remember that the thread's `version` (None: not known) is `history`, parsed from or
-        rendered to `text` (None: not known); nobody may change that history any more."""
-        if self.size <= 0:
-            return
-        with self._lock:
-            self._put(thread_id, _Kept(version, history, text))
-
-    def appended(self, thread_id: str, kept: _Kept, version: Hashable, history: History, suffix: str) -> None:
-        """The store appended `suffix` to the text of `kept`: its new `version` is `history`."""
-        with self._lock:
-            text, pending = kept.text, kept.pending + len(suffix)
-            if text is not None and pending > len(text) + (1 << 16):
-                text = None  # more appended than was read: the text is read again when needed (memory stays O(text))
-            new = _Kept(version, history, text)
-            if text is not None:
-                kept.suffixes.append(suffix)  # (the old entry is no longer read for its text: the list moves on)
-                new.suffixes, new.pending = kept.suffixes, pending
-            self._put(thread_id, new)
+    def after_write(self, thread_id: str, now: float) -> Steps[None] | None: ...
 
 
 class Turns:
@@ -222,19 +123,13 @@ class Turns:
 
 
 class Writer:
-    """The write path of one saver (see the module's docstring), and its cache of parsed histories."""
+    """The write path of one saver (see the module's docstring), on the records of its threads."""
 
-    def __init__(self, store: Store, index: ThreadIndex, keep_finished_calls: bool = False, turns: Turns | None = None) -> None:
-        self.store, self.index, self.keep_finished_calls = store, index, keep_finished_calls
+    def __init__(self, store: Store, index: ThreadIndex, records: ThreadRecords, keep_finished_calls: bool = False) -> None:
+        self.store, self.index, self.records, self.keep_finished_calls = store, index, records, keep_finished_calls
         self.versioned: Versioned | None = store if isinstance(store, Versioned) else None  # the store, when it has versions
         self.deferred: DeferredAppends | None = store if isinstance(store, DeferredAppends) else None  # when it defers durability
-        self.turns = turns or Turns()
-        self.histories = Histories()
-
-    def sharing_turns(self) -> Writer:
-        """A writer for another saver on the same store (`with_allowlist`): the same turns and
-        index, so that the two savers' writers of a thread take turns."""
-        return Writer(self.store, self.index, self.keep_finished_calls, self.turns)
+        self.turns = Turns()
 
     def applied(self, thread_id: str, change: Change) -> StringChange:
         """`change` as a change of the stored string: the same edit, made on the history parsed
@@ -243,10 +138,10 @@ class Writer:
             return change
 
         def apply_to(old: str | None) -> str | None:
-            history, made = apply(self.histories.parse(thread_id, old), change, keep_finished_calls=self.keep_finished_calls)
+            history, made = apply(self.records.parse(thread_id, old), change, keep_finished_calls=self.keep_finished_calls)
             new = edited(old, made)
             if new is not old:
-                self.histories.keep(thread_id, None, history, new)
+                self.records.keep(thread_id, None, history, new)
             return new
 
         return apply_to
@@ -278,7 +173,7 @@ class Writer:
         edit (a put that would make a cycle) is raised before any write."""
         versioned, indexed = self.versioned, self.index.indexed
         terms = None if type(change) is WritesLine else change.terms  # type: ignore[union-attr]
-        kept = self.histories.latest(thread_id) if versioned is not None and type(change) is not RewriteThread else None
+        kept = self.records.latest(thread_id) if versioned is not None and type(change) is not RewriteThread else None
         if kept is not None and kept.version is not None:
             history, made = apply(kept.history, change, keep_finished_calls=self.keep_finished_calls)  # type: ignore[arg-type]
             if type(made) is Append:
@@ -293,12 +188,12 @@ class Writer:
                 elif (deferred := self.deferred) is not None:
                     version = yield call(deferred.append_if_deferred, deferred.aappend_if_deferred, thread_id, suffix, kept.version)
                     if version is not None:
-                        self.histories.appended(thread_id, kept, version, history, suffix)
+                        self.records.appended(thread_id, kept, version, history, suffix)
                         return True
                 else:
                     version = yield call(versioned.append_if, versioned.aappend_if, thread_id, suffix, kept.version)  # type: ignore[union-attr]
                     if version is not None:
-                        self.histories.appended(thread_id, kept, version, history, suffix)
+                        self.records.appended(thread_id, kept, version, history, suffix)
                         return False
         if terms and indexed is not None:
             yield call(indexed.index, indexed.aindex, thread_id, terms)
@@ -311,7 +206,7 @@ class Writer:
         new, version = yield call(versioned.update_versioned, versioned.aupdate_versioned, thread_id, applied)
         if new is not None and version is not None:
             try:  # a damaged history, which only a rewrite leaves, is not kept: it is read again, and its error raised, when used
-                self.histories.parse(thread_id, new, version)
+                self.records.parse(thread_id, new, version)
             except TelarError:
                 pass
         return False

@@ -38,7 +38,7 @@ from langchain_core.runnables import RunnableConfig
 
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.history import History
-from telar_checkpoint.saver import LEASE_SECONDS
+from telar_checkpoint.lifetime import LEASE_SECONDS
 from telar_checkpoint.stores import Store
 from telar_checkpoint.verify import verify_store
 from tests.crash_harness import CrashRun, Zygote, log_figures, zygote_fixture

@@ -114,6 +114,19 @@ def test_an_idle_chat_vanishes_for_every_reader_then_the_sweep_frees_it(store: S
     assert normalize(again) == normalize(reference)
 
 
+def test_a_sweep_limit_bounds_each_sweep_as_the_server_reads_it(store: Store, clock: Clock) -> None:
+    """langgraph.json's `sweep_limit`: a sweep handles at most that many threads (`sweep()`
+    without a limit, and each pass of the background sweep); the next sweep goes on from there."""
+    saver = TelarSaver(store, ttl={"default_ttl": 1, "sweep_limit": 2}, clock=clock)
+    graph = chat_agent(saver)
+    for i in range(5):
+        graph.invoke(QUESTION, config(f"t{i}"))
+    clock.advance(2)
+    assert saver._lifetime_for("sweep").pass_limit == 2
+    assert [saver.sweep().examined for _ in range(4)] == [2, 2, 1, 0]
+    assert visible(saver) == set()
+
+
 @pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
 def test_a_thread_paused_at_an_interrupt_past_its_ttl(store: Store, strategy: str, clock: Clock) -> None:
     """Deleted, the pause is gone; kept latest, the thread still resumes, before and after the sweep."""
@@ -300,7 +313,7 @@ def wait_for(condition: Callable[[], bool], seconds: float = 20.0) -> None:
 def test_the_background_sweep_runs_and_stops_with_its_saver(store: Store, clock: Clock) -> None:
     with TelarSaver(store, ttl={"default_ttl": 1, "sweep_interval_minutes": 0.001}, clock=clock) as saver:
         in_a_row(a=lambda s: {"log": ["a"]}).compile(checkpointer=saver).invoke({"log": []}, config("t"))
-        sweeper = saver._sweeper
+        sweeper = saver._lifetime.sweeper
         assert sweeper is not None and sweeper.running
         clock.advance(2)
         wait_for(lambda: History.parse("t", store.read("t") or "").only_deleted)
@@ -312,7 +325,7 @@ def test_the_background_sweep_of_an_async_saver_is_a_task(tmp_path: Any, clock: 
     async def main() -> None:
         url = f"sqlite:///{tmp_path / 'c.db'}"
         async with TelarSaver.from_conn_string(url, ttl={"default_ttl": 1, "sweep_interval_minutes": 0.001}, clock=clock) as saver:
-            sweeper = saver._sweeper
+            sweeper = saver._lifetime.sweeper
             assert sweeper is not None and sweeper._task is not None and sweeper._thread is None
             await in_a_row(a=lambda s: {"log": ["a"]}).compile(checkpointer=saver).ainvoke({"log": []}, config("t"))
             clock.advance(2)
@@ -516,7 +529,7 @@ def test_a_clone_of_the_saver_sweeps_in_turn_with_it(store: Store, clock: Clock)
     clone = saver.with_allowlist([("my_app", "Model")])
     assert clone is not saver
     lease: Any = store
-    assert lease.lease("sweep", saver._holder, clock(), 60)  # the original's sweep under way
+    assert lease.lease("sweep", saver._lifetime.holder, clock(), 60)  # the original's sweep under way
     assert clone.sweep().skipped
-    lease.release("sweep", saver._holder)
+    lease.release("sweep", saver._lifetime.holder)
     assert not clone.sweep().skipped

@@ -85,7 +85,7 @@ def play(saver: TelarSaver, ops: list) -> None:
             assert saver.store.read("t") == model.text
             # What the writer kept, the string read afresh and its rewrite all say the same
             # (trimming appends floors that must cut on read exactly what the writer cut).
-            kept = saver._writer.histories.latest("t")
+            kept = saver._records.latest("t")
             fresh = History.parse("t", model.text)
             expected = _summary(fresh)
             assert _summary(History.parse("t", History.parse("t", model.text).render())) == expected
@@ -130,15 +130,13 @@ def test_the_fast_path_is_taken() -> None:
     assert calls == ["t"], "only the first put of the thread updates the whole value"
 
 
-def test_the_cache_of_histories_is_bounded_by_threads_and_by_characters() -> None:
-    """`Histories` keeps the threads used last, forgetting the least recently used first when it
-    holds more threads than `size`, or more characters of histories than `chars`."""
-    from telar_checkpoint.writing import Histories
+def test_the_records_of_threads_are_bounded_by_threads_and_by_characters() -> None:
+    """`ThreadRecords` keeps the threads used last, forgetting the least recently used first when
+    it holds more threads than `threads`, or more characters than `chars`."""
+    from telar_checkpoint.threads import ThreadRecords
 
-    checkpoint = {"v": 4, "id": "1", "ts": "2026-01-01T00:00:00+00:00", "channel_values": {"msgs": ["m"]},
-                  "channel_versions": {"msgs": 1}, "versions_seen": {}, "updated_channels": None}  # fmt: skip
-    line = CheckpointCodec().append(None, CheckpointRecord(checkpoint, {"source": "input", "step": -1, "parents": {}}, "", None))
-    by_threads = Histories(size=3, chars=1 << 30)
+    line = _one_line()
+    by_threads = ThreadRecords(threads=3, chars=1 << 30)
     for i in range(5):
         by_threads.parse(f"t{i}", line, i)
     assert [t for t in (f"t{i}" for i in range(5)) if by_threads.latest(t) is not None] == ["t2", "t3", "t4"]
@@ -146,9 +144,77 @@ def test_the_cache_of_histories_is_bounded_by_threads_and_by_characters() -> Non
     by_threads.parse("t5", line, 5)
     assert by_threads.latest("t3") is None and by_threads.latest("t2") is not None
 
-    by_chars = Histories(size=100, chars=3 * len(line))
-    for i in range(5):
-        by_chars.parse(f"t{i}", line, i)
-    assert [t for t in (f"t{i}" for i in range(5)) if by_chars.latest(t) is not None] == ["t2", "t3", "t4"]
+    by_chars = ThreadRecords(threads=100, chars=3 * len(line))
+    threads = [f"t{i}" for i in range(5)]
+    for i, thread_id in enumerate(threads):
+        by_chars.parse(thread_id, line, i)
+    assert by_chars._chars <= by_chars.chars
+    with_text = [t for t in threads if by_chars.latest(t) is not None]  # the texts go least recently used first
+    assert with_text == threads[len(threads) - len(with_text):] and "t4" in with_text and len(with_text) < 5
     by_chars.parse("big", line * 10, 9)  # more than the bound alone: kept (the newest is never forgotten), and alone
     assert [t for t in ["t2", "t3", "t4", "big"] if by_chars.latest(t) is not None] == ["big"]
+
+
+def test_the_records_keep_parsed_histories_for_the_threads_used_last_and_text_for_the_others() -> None:
+    """Beyond `parsed_lines` lines of parsed histories, the least recently used threads keep their
+    text only (what the garbage collector does not walk), and are parsed again from it, without a
+    read of the store, when next used; what else is known of them stays."""
+    from telar_checkpoint.threads import ThreadRecords
+
+    line = _one_line()
+    records = ThreadRecords(parsed_lines=4)  # a history of one line counts two
+    for i in range(4):
+        records.parse(f"t{i}", line, i)
+        records.add_terms(f"t{i}", {f"run:{i}"})
+    parsed = [t for t in (f"t{i}" for i in range(4)) if records._records[t].kept.history is not None]  # type: ignore[union-attr]
+    assert parsed == ["t2", "t3"]
+    assert records.get("t0", 0) is not None and records._records["t0"].kept.history is not None  # type: ignore[union-attr]
+    assert records.terms("t1") == {"run:1"} and records._records["t1"].kept.text == line  # type: ignore[union-attr]
+    records.forget("t1")
+    assert records.terms("t1") == frozenset() and records.latest("t1") is None
+
+
+def _one_line() -> str:
+    checkpoint = {"v": 4, "id": "1", "ts": "2026-01-01T00:00:00+00:00", "channel_values": {"msgs": ["m"]},
+                  "channel_versions": {"msgs": 1}, "versions_seen": {}, "updated_channels": None}  # fmt: skip
+    return CheckpointCodec().append(None, CheckpointRecord(checkpoint, {"source": "input", "step": -1, "parents": {}}, "", None))
+
+
+def test_a_thread_kept_without_its_history_reads_as_a_thread_read_afresh() -> None:
+    """Threads pushed out of the parsed form (and then out of the text form) read the same, in
+    every LangGraph read, as the same threads read afresh from the store: the latest checkpoint
+    of each from `History.latest_alone` (with a paused run's interrupt and pending writes, and
+    a thread's own time-to-live), and everything else from its text or from the store."""
+    from langgraph.types import Command
+
+    from telar_checkpoint.stores.memory import MemoryStore
+    from telar_checkpoint.threads import ThreadRecords
+    from tests.graphs import multi_step, nested_subgraphs, with_interrupt
+
+    store = MemoryStore()
+    saver = TelarSaver(store, ttl={})
+    saver._records.parsed_lines = 1  # (the instance the writer and the index share: bounds of a few threads)
+    saver._records.chars = 40_000
+    graphs = {"steps": multi_step(), "paused": with_interrupt(), "subgraph": nested_subgraphs(1)}
+    for name, builder in graphs.items():
+        graph = builder.compile(checkpointer=saver)
+        for i in range(3):
+            thread = {"configurable": {"thread_id": f"{name}-{i}"}}
+            graph.invoke({"log": [], "count": 0} if name == "steps" else {"request": f"r{i}", "log": []}, thread)
+            if name == "paused" and i == 2:
+                graph.invoke(Command(resume="yes"), thread)
+    saver.set_thread_ttl("steps-0", 600)
+    saver._records.chars = saver._records._chars // 2  # half the texts give way to their latest checkpoint alone
+    saver._records.keep("", None, History(""), "")  # (the bounds apply as a thread is kept)
+    forms = {(r.kept is not None and r.kept.history is not None, r.kept is not None and r.kept.text is not None)
+             for r in saver._records._records.values()}  # fmt: skip
+    assert (False, True) in forms and (False, False) in forms, forms  # some kept as text, some as their latest alone
+    assert isinstance(saver._records, ThreadRecords)
+    afresh = TelarSaver(store, ttl={})
+    for name, builder in graphs.items():
+        ours, theirs = builder.compile(checkpointer=saver), builder.compile(checkpointer=afresh)
+        for i in range(3):
+            thread = {"configurable": {"thread_id": f"{name}-{i}"}}
+            assert saver.get_tuple(thread) == afresh.get_tuple(thread)
+            assert ours.get_state(thread, subgraphs=True) == theirs.get_state(thread, subgraphs=True)
+            assert list(saver.list(thread)) == list(afresh.list(thread))

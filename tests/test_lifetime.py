@@ -312,9 +312,23 @@ def test_a_ttl_in_the_ecosystems_keys_reads_as_given() -> None:
 
     server = {"strategy": "delete", "sweep_interval_minutes": 60, "default_ttl": 43200}  # langgraph.json's example
     assert ttl_settings(server) == TTL(43200.0, False, "delete", 60.0)
+    assert ttl_settings({**server, "sweep_limit": 1000}) == TTL(43200.0, False, "delete", 60.0, 1000)
     assert ttl_settings({"default_ttl": 0.5, "refresh_on_read": True}) == TTL(0.5, True, "delete", None)  # the Redis saver's
     assert ttl_settings({"strategy": "keep_latest"}) == TTL(None, False, "keep_latest", None)
     assert ttl_settings({}) == TTL()
+
+
+def test_every_key_of_langgraph_jsons_ttl_is_taken() -> None:
+    """Each key of the installed langgraph-cli's `ThreadTTLConfig` (langgraph.json's
+    `checkpointer.ttl`), with a value of its type, makes a saver, as the server hook makes it."""
+    schemas = pytest.importorskip("langgraph_cli.schemas", reason="langgraph-cli is installed on Python 3.11+ only")
+    from telar_checkpoint import MemoryStore, TelarSaver
+
+    examples = {"strategy": "keep_latest", "default_ttl": 60.5, "sweep_interval_minutes": 5, "sweep_limit": 1000}
+    keys = list(schemas.ThreadTTLConfig.__annotations__)
+    assert set(keys) <= set(examples), f"langgraph-cli has keys this test does not know: {set(keys) - set(examples)}"
+    with TelarSaver(MemoryStore(), ttl={k: examples[k] for k in keys}) as saver:
+        assert saver.ttl is not None and [getattr(saver.ttl, k) for k in keys] == [examples[k] for k in keys]
 
 
 @pytest.mark.parametrize(
@@ -332,6 +346,9 @@ def test_a_ttl_in_the_ecosystems_keys_reads_as_given() -> None:
         ({"refresh_on_read": "yes"}, "'refresh_on_read'"),
         ({"strategy": "expire"}, "'strategy'"),
         ({"strategy": None}, "'strategy'"),
+        ({"sweep_limit": 0}, "'sweep_limit'"),
+        ({"sweep_limit": 2.5}, "'sweep_limit'"),
+        ({"sweep_limit": True}, "'sweep_limit'"),
         ([("default_ttl", 60)], "dict"),
     ],
 )

@@ -263,3 +263,13 @@ async def test_async_upgrade_on_read_and_write(store: Store) -> None:
     assert state.next == ("ask_user",)
     assert await graph.ainvoke(Command(resume="yes"), _config("t")) == _reference()
     assert History.parse("t", store.read("t")).schema_version == 2
+
+
+def test_the_whole_feature_imports_from_one_module() -> None:
+    """`Schema`, its steps and the offline tool, from `telar_checkpoint.schema` (the tool lives in
+    `schema_upgrade`, the core in `state_schema`: the same objects)."""
+    from telar_checkpoint import schema_upgrade, state_schema
+    from telar_checkpoint.schema import Schema, aupgrade, rename_channel, status, upgrade
+
+    assert (upgrade, aupgrade, status) == (schema_upgrade.upgrade, schema_upgrade.aupgrade, schema_upgrade.status)
+    assert (Schema, rename_channel) == (state_schema.Schema, state_schema.rename_channel)

@@ -108,7 +108,7 @@ def test_list_with_a_limit_reads_only_the_threads_it_needs() -> None:
     store = CountingStore()
     saver = TelarSaver(store)
     fill(saver, 700)
-    saver._writer.histories = type(saver._writer.histories)()  # nothing parsed kept: every thread read counts
+    saver._records.clear()  # nothing parsed kept: every thread read counts
     store.reads.clear()
     assert len(list(saver.list(None, limit=4))) == 4
     assert sum(store.reads.values()) <= 2 and "<keys>" not in store.reads
@@ -117,7 +117,7 @@ def test_list_with_a_limit_reads_only_the_threads_it_needs() -> None:
     assert set(store.reads) == {"t123", "<indexed keys>"}
     for filter in ({"user_id": "u1"}, {"user_id": "u1", "odd": True}, {"odd": True, "source": "loop", "user_id": "u2"}):
         store.reads.clear()
-        saver._writer.histories = type(saver._writer.histories)()
+        saver._records.clear()
         listed = ids(saver.list(None, filter=filter, limit=4))  # 3 checkpoints a thread: 2 threads
         assert len(listed) == 4 and len({t for t, _ in listed}) == 2
         indexed = store.reads.pop("<indexed keys>")

@@ -21,7 +21,7 @@ from telar_checkpoint.migration._report import ALREADY, BRANCH, NOT_FOUND, SUBGR
 from telar_checkpoint.migration._sources import describe, discover_threads, read_records
 from telar_checkpoint.progress import Progress
 from telar_checkpoint.saver import TelarSaver
-from telar_checkpoint.schema import Schema, upgrade_text
+from telar_checkpoint.state_schema import Schema, upgrade_text
 
 
 class MigrationConflictError(TelarError):
