@@ -1,7 +1,7 @@
 """The viewer's web app: read-only pages of a store's threads (Starlette, Jinja2 templates).
 
 Every route is a GET; none changes the store, which is opened as the CLI's read-only commands
-open it (`stores.opening.open_existing`). Templates escape every string (autoescape), and the
+open it (`stores.opening.open_store` with ``create=False``). Templates escape every string (autoescape), and the
 pages load only the app's own script and style (a Content-Security-Policy forbids the rest), so
 stored markup shows as text. Bound to a loopback address, the app answers only requests that
 name such a host (a page elsewhere cannot reach it through DNS rebinding); bound to another, it
