@@ -25,6 +25,7 @@ from telar_checkpoint.history import Entry, History
 from telar_checkpoint.progress import Progress
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores.base import SharedSpace, Store
+from telar_checkpoint.stores.common import stored_size
 
 INTERRUPT = "__interrupt__"
 _BRANCH = "branch:to:"
@@ -96,14 +97,6 @@ class ThreadListing:
     foreign: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)  # the records of deleted threads (`History.only_deleted`)
     expired: list[str] = field(default_factory=list)  # threads past their time-to-live (with `expired=`), not in `threads`
-
-
-def stored_size(text: str) -> int:
-    """The size of `text` in bytes as a store holds it (lone surrogates as the bytes they escape)."""
-    try:
-        return len(text.encode("utf-8", "surrogateescape"))
-    except UnicodeEncodeError:
-        return len(text.encode("utf-8", "surrogatepass"))
 
 
 def is_deletion_record(thread_id: str, text: str) -> bool:

@@ -31,8 +31,9 @@ from starlette.staticfiles import StaticFiles
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, TelarError, UsageError
 from telar_checkpoint.history import History
-from telar_checkpoint.inspection import CheckpointNotFoundError, stored_size
+from telar_checkpoint.inspection import CheckpointNotFoundError
 from telar_checkpoint.stores.base import Store, Versioned
+from telar_checkpoint.stores.common import stored_size
 from telar_checkpoint.ui import views
 from telar_checkpoint.ui.catalogue import PAGE, Catalogue
 
