@@ -27,7 +27,7 @@ from typing import Any
 from benchmarks.checkpoints import Chain, sample_messages
 from benchmarks.workloads import timed
 from telar_checkpoint import TelarSaver
-from telar_checkpoint.stores.url import open_store
+from telar_checkpoint.stores import open_store
 
 TTL = {"default_ttl": 43200}
 POSTGRES = "postgresql://127.0.0.1:5432/test"
@@ -45,7 +45,7 @@ def store_for(kind: str, where: str) -> Any:
         from telar_checkpoint.stores.redis import RedisStore
 
         return RedisStore(REDIS, prefix=f"{tag}:")
-    return open_store({"memory": "memory://", "file": where, "sqlite": f"sqlite:///{where}/c.db"}[kind])
+    return open_store({"memory": "memory://", "file": where, "sqlite": f"sqlite:///{where}/c.db"}[kind]).store
 
 
 def cleanup(store: Any) -> None:

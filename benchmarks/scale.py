@@ -154,10 +154,10 @@ def open_saver(name: str, place: Place) -> tuple[BaseCheckpointSaver[Any], Calla
     """The saver `name` on its data in `place`, and how to close it (opening it again finds the same data)."""
     if name.startswith("Telar/"):
         from telar_checkpoint import TelarSaver
-        from telar_checkpoint.stores.url import open_store
+        from telar_checkpoint.stores import open_store
 
         url, options = _telar_url(name, place)
-        store = open_store(url, **options)
+        store = open_store(url, **options).store
         return TelarSaver(store), store.close
     if name == "InMemorySaver":
         from langgraph.checkpoint.memory import InMemorySaver
@@ -561,10 +561,10 @@ def cleanup(name: str, place: Place) -> None:
 
 def cluster_problem(place: Place) -> str | None:
     """Why the Redis Cluster store cannot run (`open_store` refuses its URL, nothing answers), or None."""
-    from telar_checkpoint.stores.url import open_store
+    from telar_checkpoint.stores import open_store
 
     try:
-        open_store(place.cluster_url, **_telar_url("Telar/redis-cluster", place)[1]).close()
+        open_store(place.cluster_url, **_telar_url("Telar/redis-cluster", place)[1]).store.close()
     except Exception as exc:
         return f"open_store does not accept {place.cluster_url} yet ({exc})"
     parts = urlsplit(place.cluster_url)

@@ -258,17 +258,27 @@ class CheckpointCodec:
         """`stored` with only the latest checkpoint of each namespace (and what DeltaChannel needs)."""
         return self.edit(stored, KeepLatest())[0] if stored is not None else None
 
-    def find(self, thread_id: str, history: History, checkpoint_ns: str, checkpoint_id: str | None) -> Entry | None:
-        """The entry asked for (the latest of the namespace when no id), or None if never held.
+    @staticmethod
+    def find(thread_id: str, history: History, checkpoint_ns: str | None, checkpoint_id: str | None) -> Entry | None:
+        """The entry asked for: by id, in `checkpoint_ns` (None: in any namespace), else the latest
+        of `checkpoint_ns` (None: the root one); None if the thread never held it. The saver reads
+        through it, and the CLI and the viewer (`inspection.find_entry`).
 
         Raises CheckpointDroppedError for an id the thread held and dropped.
         """
         if checkpoint_id is None:
-            return history.latest(checkpoint_ns)
-        entry = history.get(checkpoint_ns, checkpoint_id)
-        if entry is None and (reason := history.dropped_reason(checkpoint_ns, checkpoint_id)):
-            raise CheckpointDroppedError(thread_id, checkpoint_ns, checkpoint_id, reason)
-        return entry
+            return history.latest(checkpoint_ns or "")
+        if checkpoint_ns is not None:
+            namespaces = [checkpoint_ns]
+        else:
+            namespaces = list(dict.fromkeys([*history.namespaces(), *history.dropped])) or [""]
+        for ns in namespaces:
+            if (entry := history.get(ns, checkpoint_id)) is not None:
+                return entry
+        for ns in namespaces:
+            if reason := history.dropped_reason(ns, checkpoint_id):
+                raise CheckpointDroppedError(thread_id, ns, checkpoint_id, reason)
+        return None
 
     def checkpoint_tuple(self, thread_id: str, entry: Entry, config: RunnableConfig | None = None) -> CheckpointTuple:
         """LangGraph's tuple of `entry`; its config is `config` when given (as LangGraph's savers

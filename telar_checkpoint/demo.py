@@ -11,11 +11,13 @@ from __future__ import annotations
 import operator
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 from telar_checkpoint.errors import UsageError
 from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.stores.file import FileStore
+from telar_checkpoint.stores.opening import open_store
 
 THREAD = "demo"
 
@@ -70,15 +72,17 @@ class DemoRun:
 def run_demo(directory: str | os.PathLike[str]) -> DemoRun:
     """Run the demo with its files in `directory` (the CLI's ``demo`` prints it).
 
-    Refuses (UsageError) a directory that already holds a thread named "demo".
+    Refuses (UsageError) a directory that already holds a thread named "demo", and one that
+    holds only files not ours (`stores.opening.open_store`).
     """
     builder = approval_graph()  # first: it explains a missing langgraph
     from langgraph.types import Command
 
     config = {"configurable": {"thread_id": THREAD}}
-    if FileStore(directory).read(THREAD) is not None:
+    store = open_store(Path(directory)).store
+    if store.read(THREAD) is not None:
         raise UsageError(f"{directory} already holds a thread {THREAD!r}; run the demo in a new directory")
-    first = builder.compile(checkpointer=TelarSaver(FileStore(directory)))
+    first = builder.compile(checkpointer=TelarSaver(store))
     question = first.invoke({"request": "deploy v2", "log": []}, config)["__interrupt__"][0].value
     second = builder.compile(checkpointer=TelarSaver(FileStore(directory)))  # as a new process would
     paused = second.get_state(config)

@@ -19,12 +19,13 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint._compat import writes_sort_key
 from telar_checkpoint.codec import CheckpointCodec
-from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, TelarError
+from telar_checkpoint.errors import StoredDataError, TelarError
 from telar_checkpoint.format import line_version
 from telar_checkpoint.history import Entry, History
 from telar_checkpoint.progress import Progress
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.stores.base import SharedSpace, Store
+from telar_checkpoint.stores.common import stored_size
 
 INTERRUPT = "__interrupt__"
 _BRANCH = "branch:to:"
@@ -96,14 +97,6 @@ class ThreadListing:
     foreign: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)  # the records of deleted threads (`History.only_deleted`)
     expired: list[str] = field(default_factory=list)  # threads past their time-to-live (with `expired=`), not in `threads`
-
-
-def stored_size(text: str) -> int:
-    """The size of `text` in bytes as a store holds it (lone surrogates as the bytes they escape)."""
-    try:
-        return len(text.encode("utf-8", "surrogateescape"))
-    except UnicodeEncodeError:
-        return len(text.encode("utf-8", "surrogatepass"))
 
 
 def is_deletion_record(thread_id: str, text: str) -> bool:
@@ -298,23 +291,12 @@ def state_values(codec: CheckpointCodec, entry: Entry) -> dict[str, Any]:
 
 
 def find_entry(thread_id: str, history: History, checkpoint_id: str | None, ns: str | None = None) -> Entry:
-    """The checkpoint asked for: by id (in `ns`, or in any namespace), else the latest of `ns` (root by default).
-
-    Raises CheckpointDroppedError for an id the thread dropped, CheckpointNotFoundError otherwise.
-    """
-    if checkpoint_id is None:
-        entry = history.latest(ns or "")
-        if entry is None:
-            raise CheckpointNotFoundError(thread_id, None, ns)
-        return entry
-    namespaces = [ns] if ns is not None else list(dict.fromkeys([*history.namespaces(), *history.dropped]))
-    for name in namespaces:
-        if (entry := history.get(name, checkpoint_id)) is not None:
-            return entry
-    for name in namespaces or [""]:
-        if reason := history.dropped_reason(name, checkpoint_id):
-            raise CheckpointDroppedError(thread_id, name, checkpoint_id, reason)
-    raise CheckpointNotFoundError(thread_id, checkpoint_id, ns)
+    """`CheckpointCodec.find`, for a command or page that names a checkpoint: one the thread
+    never held is a CheckpointNotFoundError (a dropped one a CheckpointDroppedError)."""
+    entry = CheckpointCodec.find(thread_id, history, ns, checkpoint_id)
+    if entry is None:
+        raise CheckpointNotFoundError(thread_id, checkpoint_id, ns)
+    return entry
 
 
 def show_checkpoint(

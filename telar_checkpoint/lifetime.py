@@ -47,6 +47,7 @@ from telar_checkpoint.history import History
 from telar_checkpoint.rules import DeleteThread, KeepLatest, apply
 from telar_checkpoint.steps import Steps, call
 from telar_checkpoint.stores.base import Store
+from telar_checkpoint.stores.common import stored_size
 from telar_checkpoint.threads import SaverThreads, ThreadRecords
 
 Clock = Callable[[], float]
@@ -408,7 +409,7 @@ class Lifetime:
                 new = None
             elif step.operation is not None:
                 new = threads.codec.edit(old, step.operation, history=history)[0]
-            done.append((step, utf8_size(old), utf8_size(new)))
+            done.append((step, stored_size(old or ""), stored_size(new or "")))
             return old if dry_run else new
 
         try:
@@ -463,11 +464,6 @@ class Lifetime:
         finally:
             yield call(store.release, store.arelease, SWEEP_LEASE, holder)
         return report
-
-
-def utf8_size(text: str | None) -> int:
-    """The bytes `text` takes in UTF-8, as stores keep it (a lone surrogate is three)."""
-    return len(text.encode("utf-8", "surrogatepass")) if text else 0
 
 
 @dataclass(slots=True)

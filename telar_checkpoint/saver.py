@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
-import sys
 import time
 import weakref
 from collections.abc import AsyncIterator, Collection, Hashable, Iterator, Mapping, Sequence
@@ -48,13 +47,12 @@ from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.state_schema import Schema, SchemaThreads
 from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
 from telar_checkpoint.stores.base import ABSENT, Change, Store
-from telar_checkpoint.stores.file import FileStore
+from telar_checkpoint.stores.opening import open_store
 from telar_checkpoint.thread_index import ThreadIndex, metadata_terms
 from telar_checkpoint.threads import ThreadRecords
 from telar_checkpoint.values import ValueCodec
 from telar_checkpoint.writing import RewriteThread, ThreadPolicy, Writer
 
-DEFAULT_DIRECTORY = ".telar-checkpoint"
 # A thread's history larger than this (characters) is parsed, and its checkpoint decoded, on a
 # worker thread by the async methods, not on the event loop (about 9 ms of parsing).
 OFF_LOOP_CHARS = 256 * 1024
@@ -62,42 +60,9 @@ Version = int | str
 AppConnection = Any  # a psycopg connection or pool, or a redis-py client, the application's own (see TelarSaver)
 
 
-def _given_store(target: object, share_database: bool) -> Store | None:
-    """A store on the application's own connection, pool or client (`target`), or None when it is
-    none: psycopg's and psycopg_pool's objects make a `PostgresStore`, redis-py's a `RedisStore`.
-    Neither driver is imported unless the application has imported it (it made `target` with it)."""
-    module = type(target).__module__.split(".")[0]
-    if module in ("psycopg", "psycopg_pool") and module in sys.modules:
-        from telar_checkpoint.stores.postgres import PostgresStore
-
-        return PostgresStore(target, share_database=share_database)  # type: ignore[arg-type]  # (it refuses what it cannot serve)
-    if module == "redis" and "redis" in sys.modules:
-        from telar_checkpoint.stores.redis import RedisStore
-        from telar_checkpoint.stores.redis_clients import is_redis_object
-
-        if is_redis_object(target):
-            return RedisStore(target)  # type: ignore[arg-type]  # (a pipeline is refused in our words)
-    return None
-
-
-def _open_store(target: str | os.PathLike[str] | None, share_database: bool = False) -> Store:
-    """The store a path or URL given to `TelarSaver` names: a string with ``://`` is a URL (see
-    `open_store`), anything else a directory (`FileStore` refuses a path that is a file)."""
-    if isinstance(target, str) and "://" in target:
-        from telar_checkpoint.stores.url import open_store
-
-        return open_store(target, share_database=share_database)
-    return FileStore(os.fspath(target or DEFAULT_DIRECTORY))
-
-
-def _check_arguments(store: object, serde: object, keep_finished_subgraphs: object, max_history: object, **others: object) -> None:
+def _check_arguments(serde: object, keep_finished_subgraphs: object, max_history: object, **others: object) -> None:
     """Refuse an argument of the wrong type in our words (`ArgumentTypeError`), saying what to pass
     (`others` by their annotations in `TelarSaver.__init__`)."""
-    if store is not None and not isinstance(store, (Store, str, os.PathLike)):
-        raise ArgumentTypeError(
-            f"store must be a Store, a directory path or a store URL (sqlite:///x.db, postgresql://..., "
-            f"redis://...), or the application's own psycopg connection or pool or redis-py client, not {type(store).__name__}"
-        )
     if serde is not None and not (callable(getattr(serde, "dumps_typed", None)) and callable(getattr(serde, "loads_typed", None))):
         raise ArgumentTypeError(
             f"serde must be a LangGraph serializer (with dumps_typed and loads_typed), not {type(serde).__name__}"
@@ -200,10 +165,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         clock: Clock | None = None,
         ttl: TTL | Mapping[str, Any] | None = None,
     ) -> None:
-        given = _given_store(store, share_database) if not isinstance(store, (Store, str, os.PathLike, type(None))) else None
-        if given is not None:  # the application's own connection, pool or client: the store is ours, what it holds is not
-            store = given
-        _check_arguments(store, serde, keep_finished_subgraphs, max_history, share_database=share_database, schema=schema)
+        if not isinstance(store, (str, os.PathLike, type(None))):  # a Store or the application's connection; a path or URL below
+            store = open_store(store, share_database=share_database).store
+        _check_arguments(serde, keep_finished_subgraphs, max_history, share_database=share_database, schema=schema)
         if clock is not None and not callable(clock):
             raise ArgumentTypeError(f"clock must be a function giving the time in seconds (as time.time), not {type(clock).__name__}")
         self.clock: Clock = clock or time.time
@@ -211,7 +175,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         settings = None if ttl is None else ttl if isinstance(ttl, TTL) else ttl_settings(ttl)
         serde = serde or JsonSerializer()
         super().__init__(serde=serde)
-        self.store: Store = store if isinstance(store, Store) else _open_store(store, share_database)
+        self.store: Store = store if isinstance(store, Store) else open_store(store, share_database=share_database).store
         self.max_history, self.schema, self.ttl = max_history, schema, settings
         self.codec = CheckpointCodec(serde, keep_finished_subgraphs=keep_finished_subgraphs)
         self._records = ThreadRecords()
@@ -702,9 +666,7 @@ class _SaverContext(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # 
         self.saver: TelarSaver | None = None
 
     def _open(self) -> TelarSaver:
-        from telar_checkpoint.stores.url import open_store
-
-        self.saver = self.cls(open_store(self.url, **self.store_options), **self.saver_options)
+        self.saver = self.cls(open_store(self.url, **self.store_options).store, **self.saver_options)
         return self.saver
 
     def __enter__(self) -> TelarSaver:

@@ -29,7 +29,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from telar_checkpoint.errors import UsageError
-from telar_checkpoint.saver import DEFAULT_DIRECTORY, TelarSaver
+from telar_checkpoint.saver import TelarSaver
+from telar_checkpoint.stores.opening import DEFAULT_DIRECTORY
 
 __all__ = [
     "URL_VARIABLE", "MAX_HISTORY_VARIABLE", "KEEP_SUBGRAPHS_VARIABLE", "TTL_VARIABLE",

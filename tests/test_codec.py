@@ -283,6 +283,28 @@ def test_several_forks_in_a_row_then_moving_on_drops_the_others() -> None:
     assert codec.find("t", codec.parse("t", text), "", "00000099") is None
 
 
+def test_one_lookup_serves_the_saver_and_the_tools() -> None:
+    """`CheckpointCodec.find` is the rule; `inspection.find_entry` only names a checkpoint never
+    held (a saver's read returns None for it). Without a namespace, an id is looked for in all."""
+    from telar_checkpoint.inspection import CheckpointNotFoundError, find_entry
+
+    text = build(*linear(4), record(20, None, -1, "input", ns="child:x", root=4))
+    text = codec.append(text, record(10, 2, 1, "update"))
+    text = codec.append(text, record(11, 10, 2))  # drops 3 and 4
+    history = codec.parse("t", text)
+    assert codec.find("t", history, None, "00000020").line.ns == "child:x" == find_entry("t", history, "00000020").line.ns
+    assert codec.find("t", history, "", "00000020") is None
+    assert codec.find("t", history, None, None).line.id == "00000011" == find_entry("t", history, None).line.id
+    for ns in ("", None):
+        with pytest.raises(CheckpointDroppedError, match="00000003 was replaced"):
+            codec.find("t", history, ns, "00000003")
+        with pytest.raises(CheckpointDroppedError, match="00000003 was replaced"):
+            find_entry("t", history, "00000003", ns)
+        assert codec.find("t", history, ns, "00000099") is None
+        with pytest.raises(CheckpointNotFoundError, match="no checkpoint 00000099"):
+            find_entry("t", history, "00000099", ns)
+
+
 def test_update_on_the_head_then_moving_on_drops_nothing() -> None:
     text = build(*linear(4), record(10, 4, 3, "update"), record(11, 10, 4))
     assert ids(text) == ["00000001", "00000002", "00000003", "00000004", "00000010", "00000011"]

@@ -317,8 +317,8 @@ def test_a_legacy_file_is_deleted_with_its_thread(tmp_path: Path) -> None:
 def test_a_file_given_as_the_store_directory_is_refused_at_once(tmp_path: Path) -> None:
     a_file = tmp_path / "a_file.py"
     a_file.write_text("print('mine')\n")
-    with pytest.raises(UsageError, match=r"a_file\.py is not a directory.*give the path of a directory"):
-        TelarSaver(str(a_file))
+    with pytest.raises(UsageError, match=r"a_file\.py is a file, not a directory of ours; a store is a directory"):
+        TelarSaver(str(a_file))  # as the CLI says (stores.opening)
     with pytest.raises(UsageError, match="not a directory"):
         FileStore(a_file / "under")
     assert a_file.read_text() == "print('mine')\n"

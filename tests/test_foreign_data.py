@@ -23,8 +23,8 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from telar_checkpoint import TelarSaver
 from telar_checkpoint.cli import main
 from telar_checkpoint.errors import ForeignStoreError, UsageError
+from telar_checkpoint.stores import open_store
 from telar_checkpoint.stores.sqlite import SQLiteStore
-from telar_checkpoint.stores.url import open_store
 from tests.graphs import multi_step
 from tests.servers import uses_servers
 from tests.stores import POSTGRES_URL, REDIS_URL, postgres_admin
@@ -136,7 +136,7 @@ def test_the_store_alone_refuses_it_and_open_store_passes_the_option(langgraph_d
         store.read("t1")
     store.close()
     assert snapshot(langgraph_db.parent) == before
-    store = open_store(f"sqlite:///{langgraph_db}", share_database=True)
+    store = open_store(f"sqlite:///{langgraph_db}", share_database=True).store
     assert store.read("t1") is None and store.share_database  # type: ignore[attr-defined]
     store.close()
     other = tmp_path / "other.sqlite"  # a database of other tables, or none: opened as before

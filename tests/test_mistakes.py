@@ -20,7 +20,7 @@ from telar_checkpoint import MemoryStore, TelarSaver, migrate
 from telar_checkpoint.cli import main
 from telar_checkpoint.errors import ForeignStoreError, NoStoreError, StoreError
 from telar_checkpoint.migration import open_source
-from telar_checkpoint.stores.opening import open_existing, open_target
+from telar_checkpoint.stores.opening import open_store
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from tests.graphs import multi_step
 from tests.stores import POSTGRES_URL, postgres_admin
@@ -69,7 +69,7 @@ def test_langgraph_database_as_a_store_is_named_and_left_alone(capsys, langgraph
     before = tables(langgraph_db)
     url = f"sqlite:///{langgraph_db}"
     with pytest.raises(ForeignStoreError, match=re.escape(LOOKS_LANGGRAPH)):
-        open_existing(url)
+        open_store(url, create=False)
     with pytest.raises(ForeignStoreError, match=re.escape(LOOKS_LANGGRAPH)):
         with open_source(url):
             pass
@@ -128,10 +128,10 @@ def test_a_plain_path_must_be_a_directory_of_ours(capsys, tmp_path, langgraph_db
     }
     for path, message in cases.items():
         with pytest.raises(NoStoreError) as caught:
-            open_existing(path)
+            open_store(path, create=False)
         assert str(caught.value) == message
         with pytest.raises(NoStoreError):
-            open_target(path)  # nor is one written to
+            open_store(path)  # nor is one written to
         code, out, err = run(capsys, "threads", path)
         assert (code, out, err) == (2, "", PROG + message + "\n")
     code, _, err = run(capsys, "migrate", "--from", str(our_db), "--to", str(tmp_path / "new"))
@@ -152,7 +152,7 @@ def test_an_empty_postgres_schema_is_not_given_tables(capsys) -> None:
     try:
         url = f"{POSTGRES_URL}?options=-c%20search_path%3D{schema}"
         with pytest.raises(NoStoreError, match="holds no telar-checkpoint store"):
-            open_existing(url)
+            open_store(url, create=False)
         for argv in (["threads", url], ["verify", url]):
             code, out, err = run(capsys, *argv)
             assert (code, out) == (2, ""), argv
@@ -173,7 +173,7 @@ def test_an_empty_postgres_schema_is_not_given_tables(capsys) -> None:
 def test_an_unreachable_server_exits_5(capsys, url) -> None:
     pytest.importorskip("psycopg" if url.startswith("postgresql") else "redis")
     with pytest.raises(StoreError, match="127.0.0.1:1"):
-        store = open_existing(url)
+        store = open_store(url, create=False).store
         try:
             list(store.keys())
         finally:
@@ -286,7 +286,7 @@ def test_a_langgraph_database_as_a_migration_target_is_refused(capsys, langgraph
     """Found: `migrate --to sqlite:///<a SqliteSaver database>` wrote our tables into it, exit 0."""
     before = tables(langgraph_db)
     with pytest.raises(ForeignStoreError, match=r"holds LangGraph SqliteSaver checkpoints \(1 thread\)") as caught:
-        open_target(f"sqlite:///{langgraph_db}")  # the store's own refusal (tests/test_foreign_data.py)
+        open_store(f"sqlite:///{langgraph_db}").store.setup()  # the store's own refusal (tests/test_foreign_data.py)
     code, out, err = run(capsys, "migrate", "--from", f"sqlite:///{our_db}", "--to", f"sqlite:///{langgraph_db}")
     assert (code, out) == (2, "")
     assert err == f"{PROG}{caught.value}\n"

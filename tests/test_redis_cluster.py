@@ -117,7 +117,7 @@ def test_cluster_urls(cluster_store: Store) -> None:
     for bad in ("redis+cluster://a:7000/1", "redis+cluster://a:7000?x=1", "redis+cluster://a:x", "redis+cluster://a:7000,,b"):
         with pytest.raises(UsageError, match="store URL"):
             cluster_nodes(bad)
-    store = open_store(REDIS_CLUSTER_URL, prefix=cluster_store.prefix, connect_timeout=2)  # type: ignore[attr-defined]
+    store = open_store(REDIS_CLUSTER_URL, prefix=cluster_store.prefix, connect_timeout=2).store  # type: ignore[attr-defined]
     try:
         cluster_store.write("t", "v\n")
         assert store.kind == "redis-cluster" and store.read("t") == "v\n"
@@ -128,7 +128,7 @@ def test_cluster_urls(cluster_store: Store) -> None:
 
 
 def test_an_unreachable_cluster_is_a_store_error_naming_it() -> None:
-    store = open_store("redis+cluster://127.0.0.1:1,127.0.0.1:2", connect_timeout=1)
+    store = open_store("redis+cluster://127.0.0.1:1,127.0.0.1:2", connect_timeout=1).store
     try:
         with pytest.raises(StoreError, match=r"Redis cluster at 127\.0\.0\.1:1,127\.0\.0\.1:2"):
             store.read("t")

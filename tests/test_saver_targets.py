@@ -72,7 +72,7 @@ def test_an_existing_file_is_refused_as_a_directory(tmp_path: Path) -> None:
     """Found: TelarSaver("a_file.py") failed later, on the first write, with NotADirectoryError."""
     program = tmp_path / "a_file.py"
     program.write_text("print('hello')\n")
-    with pytest.raises(TelarError, match=r"a_file\.py is not a directory.*sqlite:///"):
+    with pytest.raises(TelarError, match=r"a_file\.py is a file, not a directory of ours; .*sqlite:///"):  # as the CLI says
         TelarSaver(str(program))
     with pytest.raises(UsageError):
         TelarSaver(program)

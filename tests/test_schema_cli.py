@@ -25,9 +25,8 @@ from telar_checkpoint.cli import main
 from telar_checkpoint.history import History
 from telar_checkpoint.schema import Schema, upgrade_text
 from telar_checkpoint.schema_upgrade import upgrade
-from telar_checkpoint.stores import FileStore, MemoryStore, Store
+from telar_checkpoint.stores import FileStore, MemoryStore, Store, open_store
 from telar_checkpoint.stores.sqlite import SQLiteStore
-from telar_checkpoint.stores.url import open_store
 from tests.schema_graphs import SCHEMA, graph_v1, graph_v2
 from tests.servers import REDIS_CLUSTER_URL
 from tests.stores import POSTGRES_URL, REDIS_URL, postgres_admin, redis_delete_prefix, require_server
@@ -186,7 +185,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Stor
         url = REDIS_CLUSTER_URL  # one database: the default prefix, cleaned before and after
         redis_delete_prefix("telar:", cluster=True)
         request.addfinalizer(lambda: redis_delete_prefix("telar:", cluster=True))
-    store = open_store(url)
+    store = open_store(url).store
     request.addfinalizer(store.close)
     return url, store
 

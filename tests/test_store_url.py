@@ -1,4 +1,4 @@
-"""`open_store`: each URL form, and clean errors for bad schemes, dead servers and missing drivers."""
+"""`open_store` on a URL: each URL form, and clean errors for bad schemes, dead servers and missing drivers."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ def test_file_urls_and_plain_paths(tmp_path: Path) -> None:
     urls = {"a": f"file://{tmp_path}/a", "b": f"file://localhost{tmp_path}/b", "c": str(tmp_path / "c")}
     urls.update(d=f"file:{tmp_path}/d", e=f"file://{tmp_path}/%65")
     for name, url in urls.items():
-        store = open_store(url)
+        store = open_store(url).store
         assert isinstance(store, FileStore) and store.directory == tmp_path / name
 
 
 def test_sqlite_urls_relative_and_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    relative = open_store("sqlite:///rel.db")
-    absolute = open_store(f"sqlite:///{tmp_path}/abs.db")
+    relative = open_store("sqlite:///rel.db").store
+    absolute = open_store(f"sqlite:///{tmp_path}/abs.db").store
     assert isinstance(relative, SQLiteStore) and relative.path == Path("rel.db")
     assert isinstance(absolute, SQLiteStore) and absolute.path == tmp_path / "abs.db"
     relative.write("t", "v")
@@ -35,14 +35,14 @@ def test_sqlite_urls_relative_and_absolute(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_memory_url() -> None:
-    assert isinstance(open_store("memory://"), MemoryStore)
+    assert isinstance(open_store("memory://").store, MemoryStore)
 
 
 @pytest.mark.parametrize("url, kind", [(POSTGRES_URL, "postgres"), (POSTGRES_URL.replace("postgresql://", "postgres://"), "postgres"),
                                        (REDIS_URL, "redis")])  # fmt: skip
 def test_server_urls(url: str, kind: str) -> None:
     tag = f"telar_test_url_{uuid.uuid4().hex[:12]}"  # a space of its own: tests run in parallel
-    store: Store = open_store(url, **({"schema": tag} if kind == "postgres" else {"prefix": f"{tag}:"}))
+    store: Store = open_store(url, **({"schema": tag} if kind == "postgres" else {"prefix": f"{tag}:"})).store
     try:
         assert store.kind == kind
         assert store.read("missing") is None
@@ -81,7 +81,7 @@ def test_bad_option_is_a_usage_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("url", ["postgresql://postgres@127.0.0.1:1/test", "redis://127.0.0.1:1"])
 async def test_unreachable_server_is_a_store_error_naming_it(url: str) -> None:
-    store = open_store(url, connect_timeout=2)
+    store = open_store(url, connect_timeout=2).store
     started = time.monotonic()
     with pytest.raises(StoreError, match="server at 127.0.0.1:1"):
         store.read("t")
@@ -137,8 +137,8 @@ def test_a_missing_driver_is_named_and_another_import_error_is_not_taken_for_one
 
     monkeypatch.setattr(importlib, "import_module", broken)
     with pytest.raises(ImportError, match="half-edited"):
-        url_module.open_store("redis://127.0.0.1:6379/0")
+        url_module.store_from_url("redis://127.0.0.1:6379/0")
     monkeypatch.setitem(sys.modules, "redis", None)  # as if not installed: importing it raises ImportError
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "redis" else object())
     with pytest.raises(UsageError, match=r"the redis package is not installed; pip install 'telar-checkpoint\[redis\]'"):
-        url_module.open_store("redis://127.0.0.1:6379/0")
+        url_module.store_from_url("redis://127.0.0.1:6379/0")

@@ -30,7 +30,7 @@ from telar_checkpoint import TelarSaver  # noqa: E402
 from telar_checkpoint.errors import StoreError  # noqa: E402
 from telar_checkpoint.inspection import diff_checkpoints, read_thread  # noqa: E402
 from telar_checkpoint.stores import FileStore, Store  # noqa: E402
-from telar_checkpoint.stores.opening import open_target  # noqa: E402
+from telar_checkpoint.stores.opening import open_store  # noqa: E402
 from telar_checkpoint.ui.app import make_app, parse_filter  # noqa: E402
 from telar_checkpoint.ui.views import CUT, DEPTH, TIMELINE, tree  # noqa: E402
 from tests.browser import serve_asgi  # noqa: E402
@@ -365,7 +365,8 @@ def test_a_store_that_cannot_be_read_is_named_on_the_page(tmp_path: Path) -> Non
         deadline = time.monotonic() + 10
         while True:
             try:
-                store = open_target(url)
+                store = open_store(url).store
+                store.setup()
                 break
             except StoreError:
                 if time.monotonic() > deadline:

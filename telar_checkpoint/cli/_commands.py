@@ -24,7 +24,7 @@ from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.server import ttl_from_environment
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.memory import MemoryStore
-from telar_checkpoint.stores.opening import open_existing, open_target
+from telar_checkpoint.stores.opening import open_store
 from telar_checkpoint.stores.url import local_path
 from telar_checkpoint.verify import verify_store
 
@@ -34,9 +34,13 @@ _STATUS_COLOURS = {"FAILED": "red", "warn": "yellow", "ok": "green"}
 @contextlib.contextmanager
 def opened(url: str, *, create: bool = False) -> Iterator[Store]:
     """The store `url` names, closed after use. Unless `create`, nothing is created or changed:
-    a mistyped path or another tool's database is an error, not a new empty store."""
-    store = open_target(url) if create else open_existing(url)
+    a mistyped path or another tool's database is an error, not a new empty store. With `create`,
+    the store is set up at once, so that a server that cannot be reached, or another tool's
+    data, is one error before anything is read."""
+    store = open_store(url, create=create).store
     try:
+        if create:
+            store.setup()
         yield store
     finally:
         store.close()
@@ -47,7 +51,7 @@ def dry_target(url: str) -> Iterator[Store]:
     """A dry run's target, which it must not create: the store there, opened without creating
     anything, or an empty memory store when there is none yet (another tool's data is refused)."""
     try:
-        store = open_existing(url)
+        store = open_store(url, create=False).store
     except ForeignStoreError:
         raise
     except NoStoreError:

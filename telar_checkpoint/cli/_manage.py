@@ -13,11 +13,12 @@ from telar_checkpoint.cli._output import ProgressBar, confirm, plural, table, to
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import StoredDataError, UsageError
 from telar_checkpoint.history import History
-from telar_checkpoint.inspection import read_thread, stored_size
+from telar_checkpoint.inspection import read_thread
 from telar_checkpoint.lifetime import SweepReport
 from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.server import TTL_VARIABLE
 from telar_checkpoint.stores.base import Indexed, Store
+from telar_checkpoint.stores.common import stored_size
 
 
 @dataclass(slots=True)

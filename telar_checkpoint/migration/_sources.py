@@ -29,7 +29,7 @@ from telar_checkpoint.stores.foreign import (
     not_langgraph,
     sqlite_tables,
 )
-from telar_checkpoint.stores.opening import open_existing
+from telar_checkpoint.stores.opening import open_store
 from telar_checkpoint.stores.url import SCHEMES, local_path, scheme, shown
 
 LANGGRAPH_PREFIX = "langgraph+"
@@ -58,7 +58,7 @@ def open_source(url: str) -> Iterator[BaseCheckpointSaver]:
         with _postgres_saver(url) as saver:
             yield saver
     elif kind is None or kind in SCHEMES:
-        store = open_existing(url)  # a source is read, never created
+        store = open_store(url, create=False).store  # a source is read, never created
         try:
             yield TelarSaver(store)
         finally:

@@ -15,16 +15,17 @@ from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
+    from telar_checkpoint.stores.opening import OpenedStore, open_store
     from telar_checkpoint.stores.postgres import PostgresStore
     from telar_checkpoint.stores.redis import RedisStore
     from telar_checkpoint.stores.sqlite import SQLiteStore
-    from telar_checkpoint.stores.url import open_store
 
 _LAZY = {
     "SQLiteStore": "telar_checkpoint.stores.sqlite",
     "PostgresStore": "telar_checkpoint.stores.postgres",
     "RedisStore": "telar_checkpoint.stores.redis",
-    "open_store": "telar_checkpoint.stores.url",
+    "OpenedStore": "telar_checkpoint.stores.opening",
+    "open_store": "telar_checkpoint.stores.opening",
 }
 
 
@@ -38,5 +39,5 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Change", "DeferredAppends", "Expiring", "FileStore", "Indexed", "MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore",
-    "SharedSpace", "Store", "Versioned", "open_store",
+    "OpenedStore", "SharedSpace", "Store", "Versioned", "open_store",
 ]

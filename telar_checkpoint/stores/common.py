@@ -1,4 +1,4 @@
-"""What the stores do alike, written once: text as stored bytes, driver errors as `StoreError`,
+"""What the stores do alike, written once: text as stored bytes (and their count), driver errors as `StoreError`,
 the schema check, when an update appends, and the attempts of an optimistic update."""
 
 from __future__ import annotations
@@ -20,6 +20,12 @@ MAX_ATTEMPTS = 1000
 def encode(text: str) -> bytes:
     """`text` as stored: UTF-8, lone surrogates kept (``surrogatepass``), so every string maps back."""
     return text.encode("utf-8", "surrogatepass")
+
+
+def stored_size(text: str) -> int:
+    """The bytes `text` takes in a store (`encode`: a lone surrogate takes three). The size the
+    CLI, the viewer, inspection and the saver's reports give."""
+    return len(encode(text))
 
 
 def decode_value(raw: bytes, key: str) -> str:

@@ -1,4 +1,4 @@
-"""`open_store`: a store from a URL, as a user would write it in a config or on a command line.
+"""`store_from_url`: the store a URL names, as a user would write it in a config or on a command line.
 
 ``file:///abs/dir`` or a plain path, ``sqlite:///rel.db`` or ``sqlite:////abs/path.db`` (as in
 SQLAlchemy), ``postgresql://...`` (or ``postgres://``), ``redis://...`` (or ``rediss://``),
@@ -9,7 +9,8 @@ or Redis URL may end with ``?share_database=true``: the store's ``share_database
 off the URL (see `stores.foreign`).
 
 This module is the one place that reads store URLs: `scheme`, `local_path` and `shown` serve
-the CLI and migration too.
+the CLI and migration too. It makes the store and checks nothing else: `stores.opening.open_store`,
+which calls it, is the way to open a store.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 """The schemes of a Redis Cluster's URL (``rediss``: TLS)."""
 
 SCHEMES = ("file", "sqlite", "postgresql", "postgres", "redis", "rediss", *CLUSTER_SCHEMES, "memory")
-"""The URL schemes `open_store` knows."""
+"""The URL schemes `store_from_url` knows."""
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _DRIVERS = {
@@ -157,11 +158,12 @@ def _server_store(kind: str, url: str, options: dict[str, Any]) -> Store:
     return store
 
 
-def open_store(url: str, **options: Any) -> Store:
-    """The store `url` names; `options` go to the store's constructor, but for ``share_database``
+def store_from_url(url: str, **options: Any) -> Store:
+    """The store `url` names, made as it is (`stores.opening.open_store` checks a path first);
+    `options` go to the store's constructor, but for ``share_database``
     (also ``?share_database=true`` in the URL), which a file or memory store has no use for.
 
-    >>> open_store("memory://").kind
+    >>> store_from_url("memory://").kind
     'memory'
     """
     kind = scheme(url)

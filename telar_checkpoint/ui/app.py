@@ -1,7 +1,7 @@
 """The viewer's web app: read-only pages of a store's threads (Starlette, Jinja2 templates).
 
 Every route is a GET; none changes the store, which is opened as the CLI's read-only commands
-open it (`stores.opening.open_existing`). Templates escape every string (autoescape), and the
+open it (`stores.opening.open_store` with ``create=False``). Templates escape every string (autoescape), and the
 pages load only the app's own script and style (a Content-Security-Policy forbids the rest), so
 stored markup shows as text. Bound to a loopback address, the app answers only requests that
 name such a host (a page elsewhere cannot reach it through DNS rebinding); bound to another, it
@@ -31,8 +31,9 @@ from starlette.staticfiles import StaticFiles
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, TelarError, UsageError
 from telar_checkpoint.history import History
-from telar_checkpoint.inspection import CheckpointNotFoundError, stored_size
+from telar_checkpoint.inspection import CheckpointNotFoundError
 from telar_checkpoint.stores.base import Store, Versioned
+from telar_checkpoint.stores.common import stored_size
 from telar_checkpoint.ui import views
 from telar_checkpoint.ui.catalogue import PAGE, Catalogue
 

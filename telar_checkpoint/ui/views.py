@@ -28,8 +28,8 @@ from telar_checkpoint.inspection import (
     pending_interrupts,
     readable,
     state_values,
-    stored_size,
 )
+from telar_checkpoint.stores.common import stored_size
 
 CUT = 2_000  # characters of a string shown before it is cut
 ITEMS = 200  # items of a list or keys of a dict shown before the rest are cut
