@@ -17,8 +17,6 @@ from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
-    EXCLUDED_METADATA_KEYS,
-    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
@@ -29,7 +27,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from telar_checkpoint._arguments import check, check_config, explain
+from telar_checkpoint._arguments import check
+from telar_checkpoint.changes import latest_read, next_version, put_change, thread_and_ns, writes_change
 from telar_checkpoint.codec import (
     CheckpointCodec,
     check_max_history,
@@ -48,7 +47,7 @@ from telar_checkpoint.state_schema import Schema, SchemaThreads
 from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
 from telar_checkpoint.stores.base import ABSENT, Change, Store
 from telar_checkpoint.stores.opening import open_store
-from telar_checkpoint.thread_index import ThreadIndex, metadata_terms
+from telar_checkpoint.thread_index import ThreadIndex
 from telar_checkpoint.threads import ThreadRecords
 from telar_checkpoint.values import ValueCodec
 from telar_checkpoint.writing import RewriteThread, ThreadPolicy, Writer
@@ -74,32 +73,6 @@ def _check_arguments(serde: object, keep_finished_subgraphs: object, max_history
     check(TelarSaver.__init__, others)
 
 
-_A_CONFIG = 'a config dict, such as {"configurable": {"thread_id": "..."}}'
-_NO_THREAD_ID = (
-    'the config has no "thread_id" in "configurable"; pass a config such as '
-    '{"configurable": {"thread_id": "..."}} (as graph.invoke(input, config) takes)'
-)
-
-
-def _thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
-    try:
-        configurable = config.get("configurable") or {}
-        if "thread_id" in configurable:
-            return str(configurable["thread_id"]), configurable.get("checkpoint_ns") or ""
-    except (AttributeError, TypeError):  # not a dict, or its "configurable" is not: say which
-        if not isinstance(config, Mapping):
-            raise ArgumentTypeError(f"config must be {_A_CONFIG}, not {type(config).__name__}") from None
-        check_config("TelarSaver", "config", config)
-        raise
-    raise UsageError(_NO_THREAD_ID)
-
-
-def _latest_read(config: RunnableConfig) -> tuple[str, bool]:
-    """The thread a `get_tuple` reads, and whether it reads the thread's latest checkpoint."""
-    thread_id, ns = _thread_and_ns(config)
-    return thread_id, not ns and not get_checkpoint_id(config)
-
-
 class _Closed:
     """What a closed saver holds in place of its writer and index: any use raises `SaverClosedError`
     (so the methods on the hot path check nothing to refuse a closed saver)."""
@@ -122,35 +95,24 @@ class _Closed:
 class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V is one of int|float|str; ours are either
     """A LangGraph checkpointer that keeps each thread as readable JSON lines in a store.
 
-    `store` is a `Store`, a directory path (a `FileStore`, the directory made if
-    missing), None for `./.telar-checkpoint`, or a store URL (a string with
-    ``://``, as `from_conn_string` takes: ``sqlite:///x.db``, ``postgresql://...``,
-    ``redis://...``), or the application's own connection, pool or client: a psycopg
-    ``Connection``, ``AsyncConnection``, psycopg_pool ``ConnectionPool`` or ``AsyncConnectionPool``
-    (a `PostgresStore` on it), or a redis-py ``Redis``, ``RedisCluster`` or their asyncio twins (a
-    `RedisStore`); a sync one serves the sync methods, an async one the async methods, and the
-    saver never closes it. A store the saver opened from a path or URL is the saver's:
-    ``with TelarSaver(url) as saver:`` closes it (or ``saver.store.close()``).
-    `max_history` keeps the last N checkpoints of each
-    thread (None: unbounded). `serde` serializes state values (default: the
-    readable `JsonSerializer`; any LangGraph `SerializerProtocol` works).
-    `keep_finished_subgraphs` keeps a finished subgraph call's checkpoints while
-    the checkpoint it ran under is kept, so a past step's subgraph state can be
-    inspected (as LangGraph Studio does); by default they go once the call is over,
-    and a thread neither paused in a subgraph nor using a persistent one (compiled with
-    `checkpointer=True`) holds format version 1 lines only.
-    `share_database=True` opens a store URL whose database holds a LangGraph saver's
-    data beside it on purpose (else refused, with the command that migrates it).
-    `schema` (a `telar_checkpoint.schema.Schema`): threads stored at an older state schema
-    version read upgraded (in memory), and are rewritten at the current version before
-    this saver's next write of them; a thread at a newer version is refused (docs/SCHEMA.md).
-    `clock`: the time, in seconds since the epoch (default `time.time`); tests pass their own.
-    A deleted thread stays deleted: a run that still writes to it is refused
-    (`ThreadDeletedError`), and a new run starts it again (docs/USAGE.md, "A thread's lifetime").
-    `ttl`: a time-to-live, in langgraph.json's keys (``{"default_ttl": 43200}``: minutes;
-    `refresh_on_read`, `strategy` "delete" or "keep_latest", `sweep_interval_minutes`), or a
-    `lifetime.TTL`: a thread idle that long reads as deleted (or as its latest checkpoint), and
-    `sweep` reclaims its space; ``{}`` lets only threads given their own (`set_thread_ttl`) expire.
+    `store` (opened by `stores.open_store`): a `Store`; a directory path (a `FileStore`, made if missing;
+    a directory holding only files not ours is refused, naming them), None for `./.telar-checkpoint`; a
+    store URL (``sqlite:///x.db``, ``postgresql://...``, ``redis://...``, as `from_conn_string` takes); or
+    the application's own psycopg connection or pool, or redis-py client (sync or asyncio), which serves the
+    methods of its kind and which the saver never closes. A store opened from a path or URL is the saver's:
+    ``with TelarSaver(url) as saver:`` closes it. `max_history` keeps the last N checkpoints of each thread
+    (None: all). `serde` serializes state values (default: the readable `JsonSerializer`; any LangGraph
+    `SerializerProtocol` works). `keep_finished_subgraphs` keeps a finished subgraph call's checkpoints
+    while the checkpoint it ran under is kept (as LangGraph Studio shows them); by default they go once the
+    call is over. `share_database=True` opens a URL whose database holds a LangGraph saver's data beside it
+    on purpose (else refused, with the command that migrates it). `schema` (a `schema.Schema`): threads
+    stored at an older state schema version read upgraded, and are rewritten at the current version before
+    this saver's next write of them; a newer one is refused (docs/SCHEMA.md). `clock`: the time in seconds
+    since the epoch (default `time.time`). A deleted thread stays deleted: a run still writing to it is
+    refused (`ThreadDeletedError`); a new run starts it again. `ttl`: a time-to-live in langgraph.json's
+    keys (``{"default_ttl": 43200}`` minutes, `strategy`, `sweep_interval_minutes`, `sweep_limit`, and
+    `refresh_on_read`) or a `lifetime.TTL`: a thread idle that long reads as deleted (or as its latest
+    checkpoint) and `sweep` reclaims it; ``{}`` lets only threads given their own (`set_thread_ttl`) expire.
     """
 
     def __init__(
@@ -182,9 +144,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._index = ThreadIndex(self.store, self.codec, self._records)
         self._writer = Writer(self.store, self._index, self._records, keep_finished_subgraphs)
         self._lifetime = Lifetime(settings, self.clock, self.store, self._records, self) if settings is not None else None
-        self._policies: tuple[ThreadPolicy, ...] = tuple(
-            p for p in (SchemaThreads(schema, self, self._records) if schema is not None else None, self._lifetime) if p is not None
-        )
+        self._policies = self._thread_policies()
         if self._lifetime is not None:
             ref = weakref.ref(self)  # the sweep holds the saver weakly: a saver nobody holds goes
 
@@ -272,11 +232,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         clone.codec = CheckpointCodec(serde, keep_finished_subgraphs=self.codec.keep_finished_subgraphs)
         clone.codec.values = ValueCodec(serde, allowlist=allowlist)
         clone._lifetime = self._lifetime.sharing(clone) if self._lifetime is not None else None  # (the sweep stays this saver's)
-        clone._policies = tuple(
-            p for p in (SchemaThreads(self.schema, clone, self._records) if self.schema is not None else None, clone._lifetime)
-            if p is not None
-        )
+        clone._policies = clone._thread_policies()
         return clone
+
+    def _thread_policies(self) -> tuple[ThreadPolicy, ...]:
+        """What the saver does for its threads beside storing them: the schema first, then the lifetime."""
+        schema = SchemaThreads(self.schema, self, self._records) if self.schema is not None else None
+        return tuple(p for p in (schema, self._lifetime) if p is not None)
 
     # --- reading a thread, and the one write route ------------------------------------
 
@@ -325,48 +287,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
                 yield from after
 
     def _get(self, config: RunnableConfig, history: History) -> CheckpointTuple | None:
-        thread_id, ns = _thread_and_ns(config)
+        thread_id, ns = thread_and_ns(config)
         checkpoint_id = get_checkpoint_id(config)
         entry = self.codec.find(thread_id, history, ns, checkpoint_id)
         return self.codec.checkpoint_tuple(thread_id, entry, config if checkpoint_id else None) if entry else None
 
-    def _put(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
-    ) -> tuple[str, Put]:
-        """The put as a change, its values encoded now, before it waits its turn (see
-        `CheckpointCodec.prepare`). When it fails for an argument of the wrong type, the error
-        says which (on the error path only)."""
-        try:
-            thread_id, ns = _thread_and_ns(config)
-            put = self.codec.prepare(
-                checkpoint, _metadata(config, metadata), ns, config["configurable"].get("checkpoint_id"), new_versions, self.max_history
-            )
-            if self._index.indexed is not None:  # the terms of the metadata stored, before the put travels
-                put.terms = metadata_terms(put.metadata)
-        except (TypeError, AttributeError, KeyError):
-            explain(TelarSaver.put, {"config": config, "checkpoint": checkpoint, "metadata": metadata, "new_versions": new_versions})
-            raise
-        return thread_id, put
-
-    def _writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> tuple[str, WritesLine]:
-        """The writes as a change, their values encoded now, before it waits its turn. When it
-        fails for an argument of the wrong type, the error says which (on the error path only)."""
-        try:
-            thread_id, ns = _thread_and_ns(config)
-            checkpoint_id = get_checkpoint_id(config)
-            if not checkpoint_id:
-                raise UsageError('put_writes needs a config with a "checkpoint_id" in "configurable": the one put returned')
-            if type(task_id) is not str or type(task_path) is not str:
-                check(TelarSaver.put_writes, {"task_id": task_id, "task_path": task_path})
-            items = [(WRITES_IDX_MAP.get(channel, i), channel, value) for i, (channel, value) in enumerate(writes)]
-            line = self.codec.writes_line(ns, checkpoint_id, task_id, items, task_path)
-        except (TypeError, AttributeError, KeyError):
-            explain(TelarSaver.put_writes, {"config": config, "writes": writes})
-            raise
-        return thread_id, line
-
     def _delta(self, config: RunnableConfig, history: History, channels: Sequence[str]) -> dict[str, DeltaChannelHistory]:
-        thread_id, ns = _thread_and_ns(config)
+        thread_id, ns = thread_and_ns(config)
         return self.codec.delta_history(thread_id, history, ns, get_checkpoint_id(config), channels)
 
     def _list_steps(
@@ -377,7 +304,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         matches = entry_filter(
             configurable.get("checkpoint_ns"), configurable.get("checkpoint_id"), get_checkpoint_id(before) if before else None, filter
         )
-        threads = self._index.threads_steps(filter) if config is None else _emit(_thread_and_ns(config)[0])
+        threads = self._index.threads_steps(filter) if config is None else _emit(thread_and_ns(config)[0])
         reply = None
         while True:  # the threads are emitted by `threads`, whose calls are passed on to the driver
             try:
@@ -444,7 +371,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     # --- sync API -------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._get(config, run(self._history_steps(*_latest_read(config))))
+        return self._get(config, run(self._history_steps(*latest_read(config))))
 
     def list(
         self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
@@ -456,12 +383,14 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        thread_id, change = self._put(config, checkpoint, metadata, new_versions)
+        thread_id, change = put_change(
+            self.codec, self.max_history, self._index.indexed is not None, TelarSaver.put, config, checkpoint, metadata, new_versions
+        )
         run(self._write_steps(thread_id, change))
         return checkpoint_config(thread_id, change.ns, change.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        run(self._write_steps(*self._writes(config, writes, task_id, task_path)))
+        run(self._write_steps(*writes_change(self.codec, TelarSaver.put_writes, config, writes, task_id, task_path)))
 
     def delete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
@@ -528,7 +457,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._check(self.get_delta_channel_history, {"config": config, "channels": channels})
         if not channels:
             return {}
-        return self._delta(config, run(self._history_steps(_thread_and_ns(config)[0])), channels)
+        return self._delta(config, run(self._history_steps(thread_and_ns(config)[0])), channels)
 
     def rebuild_index(self) -> int:
         """Record the index terms of every thread the store holds, reading each once, then note
@@ -540,7 +469,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     # --- async API: the same steps, on the store's async methods ---------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        history = await arun(self._history_steps(*_latest_read(config)))
+        history = await arun(self._history_steps(*latest_read(config)))
         if history.size > OFF_LOOP_CHARS:  # decoding a large state would hold up the event loop
             return await asyncio.to_thread(self._get, config, history)
         return self._get(config, history)
@@ -556,12 +485,14 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     async def aput(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        thread_id, change = self._put(config, checkpoint, metadata, new_versions)
+        thread_id, change = put_change(
+            self.codec, self.max_history, self._index.indexed is not None, TelarSaver.put, config, checkpoint, metadata, new_versions
+        )
         await arun(self._write_steps(thread_id, change))
         return checkpoint_config(thread_id, change.ns, change.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        await arun(self._write_steps(*self._writes(config, writes, task_id, task_path)))
+        await arun(self._write_steps(*writes_change(self.codec, TelarSaver.put_writes, config, writes, task_id, task_path)))
 
     async def adelete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
@@ -601,47 +532,19 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._check(self.get_delta_channel_history, {"config": config, "channels": channels})
         if not channels:
             return {}
-        return self._delta(config, await arun(self._history_steps(_thread_and_ns(config)[0])), channels)
+        return self._delta(config, await arun(self._history_steps(thread_and_ns(config)[0])), channels)
 
     async def arebuild_index(self) -> int:
         self._check(self.rebuild_index, {})
         return await arun(self._index.rebuild_steps())
 
     def get_next_version(self, current: Version | None, channel: None = None) -> Version:
-        """The next channel version, of the same JSON type as `current`.
-
-        Integers count up; zero-padded strings (written by `InMemorySaver` and the
-        SQL savers) keep their form, so threads they wrote go on working.
-        """
-        if current is None:
-            return 1
-        try:
-            if isinstance(current, str):
-                return f"{int(current.split('.')[0]) + 1:032}.{0:016}"
-            return int(current) + 1
-        except (TypeError, ValueError):
-            explain(TelarSaver.get_next_version, {"current": current})
-            raise
+        """The next channel version, of the same JSON type as `current` (`changes.next_version`)."""
+        return next_version(current, TelarSaver.get_next_version)
 
 
 def _emit(value: Any) -> Stream:
     yield Emit(value)
-
-
-def _metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:
-    """The metadata to store: LangGraph's, plus the plain values of the config's `metadata` and
-    `configurable` it does not already have (as LangGraph's savers do), without "writes".
-
-    Unlike LangGraph's helper, NUL characters are kept: we store what we are given.
-    """
-    merged: dict[str, Any] = {k: v for k, v in metadata.items() if k != "writes"}
-    for source in (config.get("metadata"), config.get("configurable")):
-        for key, value in (source or {}).items():
-            if key in merged or key in EXCLUDED_METADATA_KEYS or key.startswith("__"):
-                continue
-            if isinstance(value, (str, int, bool, float)):
-                merged[key] = value
-    return merged
 
 
 _SAVER_ATTRIBUTES = frozenset(name for name in dir(BaseCheckpointSaver) if not name.startswith("_"))
