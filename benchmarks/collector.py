@@ -14,7 +14,8 @@ each, `durability="sync"`), collects twice again and reports:
   before any ran, divided by the threads;
 - full collection: the median of 5 `gc.collect()`, each timed alone;
 - `get_tuple` per second: the latest checkpoint of each thread, round-robin over every thread,
-  for about a second.
+  for about a second; and how much of that second the collector's pauses took (collections
+  that the reads' allocations set off), in all and the longest.
 
 A run is one process per saver, one after another, the order reversed every other run; its
 ratios are against the InMemorySaver process of the same run. Every run is published, then
@@ -41,6 +42,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from benchmarks.agent import human
 from benchmarks.checkpoints import thread_config
 from benchmarks.contenders import Lab, open_contenders
+from benchmarks.load import COLLECTOR
 from benchmarks.run import RESULTS, machine
 from benchmarks.workloads import log
 
@@ -99,6 +101,8 @@ def measure(name: str, threads: int, turns: int) -> dict[str, Any]:
             collections.append(time.perf_counter() - start)
         saver, configs = contender.saver, [thread_config(f"thread-{t:06d}") for t in range(threads)]
         assert saver.get_tuple(configs[-1]) is not None
+        COLLECTOR.reset()
+        paused = COLLECTOR.total
         calls, start = 0, time.perf_counter()
         while (elapsed := time.perf_counter() - start) < READ_SECONDS:
             saver.get_tuple(configs[calls % threads])
@@ -117,6 +121,8 @@ def measure(name: str, threads: int, turns: int) -> dict[str, Any]:
             "collections_ms": [s * 1e3 for s in collections],
             "get_tuple_per_s": calls / elapsed,
             "get_tuple_calls": calls,
+            "get_tuple_collector_ms": (COLLECTOR.total - paused) * 1e3,
+            "get_tuple_longest_pause_ms": COLLECTOR.longest * 1e3,
         }
     finally:
         lab.cleanup()
@@ -145,20 +151,21 @@ def _x(value: float | None) -> str:
 
 HEADER = (
     "| saver | tracked objects (after - before) | a thread | x InMemorySaver | full collection ms | x InMemorySaver "
-    "| get_tuple /s | x InMemorySaver |\n|---|---|---|---|---|---|---|---|"
+    "| get_tuple /s | x InMemorySaver | collector pauses in it ms (longest) |\n|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def _row(name: str, f: dict[str, Any]) -> str:
     return (
         f"| {name} | {f['tracked']:,.0f} | {f['tracked_per_thread']:,.1f} | {_x(f['tracked_x'])} "
-        f"| {f['collection_ms']:.1f} | {_x(f['collection_x'])} | {f['get_tuple_per_s']:,.0f} | {_x(f['get_tuple_x'])} |"
+        f"| {f['collection_ms']:.1f} | {_x(f['collection_x'])} | {f['get_tuple_per_s']:,.0f} | {_x(f['get_tuple_x'])} "
+        f"| {f['get_tuple_collector_ms']:,.0f} ({f['get_tuple_longest_pause_ms']:,.0f}) |"
     )
 
 
 def medians(runs: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     keys = ("tracked_before", "tracked_after", "tracked", "tracked_per_thread", "collection_ms", "get_tuple_per_s",
-            "collection_x", "get_tuple_x", "tracked_x")  # fmt: skip
+            "collection_x", "get_tuple_x", "tracked_x", "get_tuple_collector_ms", "get_tuple_longest_pause_ms")  # fmt: skip
     out: dict[str, dict[str, Any]] = {}
     for name in SAVERS:
         out[name] = {}
@@ -179,7 +186,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{s['threads']:,} threads of {s['turns']} turns (a two-node chat graph, `durability=\"sync\"`), each saver in a "
         f"process of its own. Tracked objects: `len(gc.get_objects())` after the threads ran less before any ran "
         f"(each after two `gc.collect()`); full collection: median of {COLLECTIONS} `gc.collect()`; `get_tuple`: the "
-        f"latest checkpoint of each thread, round-robin, for {READ_SECONDS:.0f} s. Ratios are against the InMemorySaver "
+        f"latest checkpoint of each thread, round-robin, for {READ_SECONDS:.0f} s, with the collector's pauses in that time "
+        "(`gc.callbacks`). Ratios are against the InMemorySaver "
         "process of the same run.",
         "",
     ]
