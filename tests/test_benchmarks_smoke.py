@@ -234,3 +234,29 @@ def test_ui_times_a_long_thread_and_a_list(tmp_path: Path, capsys: Any) -> None:
     assert row["thread"]["checkpoints"] == 300 and len(row["thread"]["http_s"]) == 1
     assert all(_number(t) for t in [*row["thread"]["http_s"], row["list"]["first_page_s"], row["list"]["whole_reading_s"]])
     assert "thread of 300 checkpoints" in capsys.readouterr().out
+
+
+def test_collector_counts_tracked_objects_and_times_collections(tmp_path: Path) -> None:
+    from benchmarks import collector
+
+    assert collector.main(["--threads", "3", "--turns", "2", "--runs", "2", "--label", "smoke", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "collector-smoke.json").read_text())
+    assert [list(run) for run in results["runs"]] == [list(collector.SAVERS), list(reversed(collector.SAVERS))]
+    for run in [*results["runs"], results["medians"]]:
+        for figures in run.values():
+            assert figures["tracked_per_thread"] > 0 and figures["collection_ms"] > 0 and figures["get_tuple_per_s"] > 0
+            assert _number(figures["collection_x"]) and _number(figures["get_tuple_x"])
+    assert "## Targets (issue 52)" in (tmp_path / "collector-smoke.md").read_text()
+
+
+def test_percall_times_put_put_writes_and_get_tuple_of_every_saver(tmp_path: Path) -> None:
+    from benchmarks import percall
+
+    assert percall.main(["--runs", "2", "--rounds", "3", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "percall.json").read_text())
+    assert len(results["runs"]) == 2
+    for run in [*results["runs"], results["medians"]]:
+        for name in percall.SAVERS:
+            assert all(run["per_s"][name][op] > 0 for op in percall.OPS)
+            assert all(_number(run["ratios"][name][op][base]) for op in percall.OPS for base in percall.BASES)
+    assert "| Telar/file |" in (tmp_path / "percall.md").read_text()
