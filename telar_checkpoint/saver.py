@@ -60,7 +60,7 @@ from telar_checkpoint.schema import Schema, SchemaThreads
 from telar_checkpoint.serde_allowlist import with_msgpack_allowlist
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
-from telar_checkpoint.stores.base import ABSENT, Change, Expiring, Store
+from telar_checkpoint.stores.base import ABSENT, Change, Store
 from telar_checkpoint.stores.file import FileStore
 from telar_checkpoint.thread_index import ThreadIndex, metadata_terms
 from telar_checkpoint.values import ValueCodec
@@ -231,17 +231,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         self._lifetimes: Lifetimes | None = None
         self._sweeper: Sweeper | None = None
         if ttl is not None:
-            self._set_ttl(ttl, opened=not isinstance(store, Store))
+            self._set_ttl(ttl)
 
-    def _set_ttl(self, ttl: TTL | Mapping[str, Any], opened: bool) -> None:
+    def _set_ttl(self, ttl: TTL | Mapping[str, Any]) -> None:
         self.ttl = ttl if isinstance(ttl, TTL) else ttl_settings(ttl)
-        if not isinstance(self.store, Expiring):
-            if opened:
-                self.store.close()
-            raise UsageError(
-                f"ttl needs a store that keeps an expiry index (stores.base.Expiring), which this {self.store.kind} store "
-                "does not: use one of ours (files, sqlite://, postgresql://, redis://, memory://)"
-            )
         self._lifetimes = Lifetimes(self.ttl, self.clock)
         self._holder = uuid.uuid4().hex  # this saver's name in the sweep's lease
         if self.ttl.sweep_interval_minutes is not None:
@@ -524,7 +517,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         known = lifetimes.known(thread_id, seconds)
         if known is not None and known > now:
             return known
-        store: Any = self.store  # Expiring (checked in `_set_ttl`)
+        store = self.store
         expiry = yield call(store.expiry, store.aexpiry, thread_id)
         lifetimes.remember(thread_id, expiry, seconds)
         return expiry
@@ -558,7 +551,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         assert lifetimes is not None
         when = lifetimes.due(thread_id, history, now)
         if when is not None:
-            store: Any = self.store
+            store = self.store
             yield call(store.expire_at, store.aexpire_at, thread_id, when)
             lifetimes.remember(thread_id, when, lifetimes.seconds(history))
 
@@ -582,7 +575,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return minutes * 60 if minutes is not None else RECORD_DAYS * 86400.0
 
     def _set_expiry_steps(self, thread_id: str, when: float | None) -> Steps[None]:
-        store: Any = self.store
+        store = self.store
         yield call(store.set_expiry, store.aset_expiry, thread_id, when)
         if self._lifetimes is not None:
             self._lifetimes.forget(thread_id)
@@ -632,7 +625,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             outcome.append(("deleted" if deleted else "trimmed", _bytes(old), _bytes(new), now + keep_record if deleted else None))
             return old if dry_run else new
 
-        store: Any = self.store
+        store = self.store
         try:
             if dry_run:
                 change((yield call(store.read, store.aread, thread_id)))
@@ -660,7 +653,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         """`sweep`, written once: under the store's sweep lease, the expired threads in batches,
         earliest first, until none is left or `limit` were handled."""
         self._lifetimes_for("sweep")
-        store: Any = self.store
+        store = self.store
         report, now = SweepReport(dry_run=dry_run), self.clock()
         if not (yield call(store.lease, store.alease, SWEEP_LEASE, self._holder, now, LEASE_SECONDS)):
             report.skipped = True

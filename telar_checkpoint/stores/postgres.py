@@ -23,14 +23,14 @@ key is locked too), and appends a chunk, or replaces the chunks by one (which
 also compacts a value of many chunks). A store of schema 1 (one row per
 thread) or 2 (no index) is migrated when first opened.
 
-The index (see `Indexed.index`) is ``{prefix}terms``, a row per term and key; a
+The index (see `Store.index`) is ``{prefix}terms``, a row per term and key; a
 term recorded commits before the write it describes, so a durable write never
 has its terms lost. Deleting a thread deletes its terms in the same transaction.
 ``{prefix}meta`` holds ``index = ready`` once the index covers every thread.
 Keys are listed in the order of their bytes, which is code point order, but for
 keys of more than `LONG_KEY` bytes, which sort by their hash.
 
-Expiries (see `Expiring`) are ``{prefix}expiry``, a row per key read in the order
+Expiries (see `Store.expire_at`) are ``{prefix}expiry``, a row per key read in the order
 of its index on ``(expires_at, key)``, and leases ``{prefix}leases``, a row per
 lease with its holder and end, taken or renewed by one upsert whose update runs
 only when the lease is lapsed or the holder's. A store opened without `create`
@@ -68,7 +68,7 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating a missi
 from telar_checkpoint import forks
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import NoAsyncDriverError, NoStoreError, StoreError, UsageError
-from telar_checkpoint.stores.base import ABSENT, Change, Expiring, Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.base import ABSENT, Change, Store
 from telar_checkpoint.stores.common import check_schema, decode_key, decoded_keys, driver_error, driver_errors, encode, extension
 from telar_checkpoint.stores.event_loops import INHERITED, PerLoop
 from telar_checkpoint.stores.postgres_connections import (
@@ -118,12 +118,13 @@ def _storable(text: str, key: str) -> str:
     return text
 
 
-class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
+class PostgresStore(Store):
     """Histories as rows of ``{table_prefix}histories`` in `schema` (created if needed)."""
 
     kind = "postgres"
-    # Versioned: drawn from the sequence ``{prefix}versions``; Indexed: ``{prefix}terms``;
-    # Expiring: ``{prefix}expiry`` and ``{prefix}leases``.
+    # Versions: drawn from the sequence ``{prefix}versions``; the index: ``{prefix}terms``;
+    # expiries and leases: ``{prefix}expiry`` and ``{prefix}leases``.
+    keeps_versions = keeps_index = True
 
     def __init__(
         self,

@@ -8,9 +8,9 @@ Keys, under the store's prefix (schema 3); ``id`` is the raw UTF-8 bytes of the 
 ``h:`` + part       the thread's value: the exact UTF-8 bytes of its history
 ``v:`` + part       its version token: random bytes drawn anew by every write
 ``t:`` + part       the set of its index terms (so that a delete can drop them)
-``i:`` + term       the ids recorded under the term (`Indexed.index`), a sorted set (score 0)
+``i:`` + term       the ids recorded under the term (`Store.index`), a sorted set (score 0)
 ``keys``            every id holding a value, a sorted set (score 0) read by ``ZRANGEBYLEX``
-``expiry``          the ids with an expiry (`Expiring`), a sorted set scored by it
+``expiry``          the ids with an expiry (`Store.expire_at`), a sorted set scored by it
 ``l:`` + name       a lease: ``end`` + newline + holder, expiring in Redis when the lease ends
 ``index``           ``ready`` once the index covers every value
 ``schema``          the schema version
@@ -76,7 +76,7 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating a missi
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import StoreError, UsageError
 from telar_checkpoint.stores import redis_scripts as scripts
-from telar_checkpoint.stores.base import ABSENT, Change, Expiring, Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.base import ABSENT, Change, Store
 from telar_checkpoint.stores.common import (
     attempts,
     check_schema,
@@ -153,12 +153,13 @@ def _expected(version: Hashable) -> tuple[bytes, int] | None:
     return None
 
 
-class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
+class RedisStore(Store):
     """Histories as Redis strings under `prefix` on the server or cluster at `url`."""
 
     kind = "redis"
-    # Versioned: (token, length), see the module's docs; Indexed: a sorted set per term;
-    # Expiring: the sorted set ``expiry`` and a key per lease.
+    # Versions: (token, length), see the module's docs; the index: a sorted set per term;
+    # expiries and leases: the sorted set ``expiry`` and a key per lease.
+    keeps_versions = keeps_index = True
 
     def __init__(
         self,
