@@ -244,7 +244,7 @@ class Store(ABC):
         return await asyncio.to_thread(lambda: list(self.keys()))
 
     async def athread_keys(self) -> list[str]:
-        return await asyncio.to_thread(self.thread_keys)
+        return sorted(k for k in await self.akeys() if not k.startswith(RESERVED))  # (`akeys`: a store may have no sync side)
 
     async def asorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
         return await asyncio.to_thread(self.sorted_keys, after, limit)
