@@ -24,8 +24,11 @@ from langgraph.types import Command
 
 from telar_checkpoint import MemoryStore, TelarSaver, ThreadDeletedError, UsageError
 from telar_checkpoint.history import History
+from telar_checkpoint.inspection import list_threads
 from telar_checkpoint.lifetime import TTL, SweepReport, grain
 from telar_checkpoint.stores import Store
+from telar_checkpoint.stores.base import RESERVED
+from telar_checkpoint.verify import verify_store
 from tests.stores import PLAIN_KINDS, SHARED_KINDS, STORE_KINDS, describe, make_store, processes, reopen
 from tests.test_history_depth import delta_graph, needs_delta_channel
 from tests.test_lifetime import assert_deleted, fan_out_deleting, in_a_row, once_stored
@@ -418,6 +421,9 @@ def test_a_ttl_works_on_a_store_of_the_four_abstract_methods(clock: Clock) -> No
     clock.advance(59)
     graph.invoke({"log": []}, config("live"))
     assert visible(saver) == {"idle", "live"} and store.thread_keys() == ["idle", "live"]
+    assert any(key.startswith(RESERVED) for key in store.keys())  # the expiries, kept in the store
+    assert [summary.thread_id for summary in list_threads(store).threads] == ["idle", "live"]
+    assert sorted(verify_store(store).threads) == ["idle", "live"]
     clock.advance(2)
     assert saver.get_tuple(config("idle")) is None and visible(saver) == {"live"}
     report = saver.sweep()
