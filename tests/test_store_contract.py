@@ -94,8 +94,9 @@ class TestPlainFileStore(TestPlainStore):
 
 
 def test_a_saver_on_a_plain_store_runs_a_graph_and_its_time_travel() -> None:
-    """The saver needs none of the optional protocols: on `PlainStore`, a real graph's thread is
-    stored, continued, listed by filter, forked from a past checkpoint and deleted by run."""
+    """The saver needs no more than the four abstract methods: on `PlainStore` (`Store`'s defaults
+    for the rest), a real graph's thread is stored, continued, listed by filter, forked from a
+    past checkpoint and deleted by run."""
     from langgraph.graph import END, START, MessagesState, StateGraph
 
     def answer(state: MessagesState) -> dict[str, object]:
