@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from telar_checkpoint.stores import FileStore, Store, Versioned
+from telar_checkpoint.stores import FileStore, Store
 
 POSTGRES = os.environ.get("TELAR_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("TELAR_BENCH_REDIS", "redis://127.0.0.1:6379/0")
@@ -58,7 +58,7 @@ def open_store(kind: str, root: Path, tag: str) -> tuple[Store, Callable[[], Non
 
 def step(store: Store, key: str, line: str) -> None:
     """What the saver does for one put when its cached history is current."""
-    if isinstance(store, Versioned):
+    if store.keeps_versions:
         version = store.version(key)
         if store.append_if(key, line, version) is None:
             raise RuntimeError("append_if refused a current version")
@@ -95,7 +95,7 @@ def main() -> None:
                     store.read(key)
                     results["step"].append(median_us(lambda: step(store, key, LINE % 0), args.rounds))
                     results["read"].append(median_us(lambda: store.read(key), max(20, args.rounds // 5)))
-                name = "version+append_if" if isinstance(store, Versioned) else "update (no versions)"
+                name = "version+append_if" if store.keeps_versions else "update (no versions)"
                 for op, label in (("step", name), ("read", "read")):
                     row = results[op]
                     print(f"{kind:<9} {label:<22} " + " ".join(f"{t:>10.0f}" for t in row) + f" {row[-1] / row[0]:>7.2f}")

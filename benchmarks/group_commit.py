@@ -2,9 +2,9 @@
 
     python -m benchmarks.group_commit --stores file,sqlite --runs 6
 
-A and A' append inside the thread's turn and flush after it (`DeferredAppends`: the next
+A and A' append inside the thread's turn and flush after it (`Store.defers_appends`: the next
 writer appends while this one waits for the disk, and one fsync serves both). B flushes
-inside the append, as a store with one durable conditional append (`Versioned.append_if`)
+inside the append, as a store with one durable conditional append (`Store.append_if`)
 would, so the turn is held during the fsync. Two workloads, interleaved, the order rotating
 every run: `workers` Python threads each running the agent loop on a thread of its own, and a
 `Send` fan-out of 8 branches on one thread (its pending writes arrive together). Figures are
@@ -28,10 +28,10 @@ from benchmarks.ab import RESULTS, publish
 from benchmarks.checkpoints import thread_config
 from benchmarks.contenders import Contender, Lab, open_contenders
 from benchmarks.workloads import Settings, concurrency, log
-from telar_checkpoint.stores.group_commit import DeferredAppends
+from telar_checkpoint.stores import Store
 
 
-def flush_in_the_append(store: DeferredAppends) -> None:
+def flush_in_the_append(store: Store) -> None:
     """B: `append_if_deferred` flushes before it returns (the turn is held during the fsync)."""
     append, flush = store.append_if_deferred, store.flush
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
         contenders = [open_contenders([f"Telar/{store}"], lab)[0] for lab in labs]
         try:
             b = contenders[2].store
-            assert isinstance(b, DeferredAppends), f"{store} has no deferred appends"
+            assert b.defers_appends, f"{store} has no deferred appends"
             flush_in_the_append(b)
             rates: dict[str, list[list[float]]] = {w: [[], [], []] for w in WORKLOADS}
             for run in range(args.runs):

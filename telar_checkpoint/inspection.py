@@ -24,7 +24,7 @@ from telar_checkpoint.format import line_version
 from telar_checkpoint.history import Entry, History
 from telar_checkpoint.progress import Progress
 from telar_checkpoint.serializer import JsonSerializer
-from telar_checkpoint.stores.base import SharedSpace, Store
+from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.common import stored_size
 
 INTERRUPT = "__interrupt__"
@@ -142,8 +142,8 @@ def list_threads(
     foreign entries listed apart, and, given `expired` (a saver's `is_expired`), the threads
     past their time-to-live.
     `progress(done, total, thread_id)`: called after each thread (telar_checkpoint/progress.py)."""
-    listing = ThreadListing(foreign=store.foreign() if isinstance(store, SharedSpace) else [])
-    thread_ids = sorted(store.keys())
+    listing = ThreadListing(foreign=store.foreign())
+    thread_ids = store.thread_keys()
     for done, thread_id in enumerate(thread_ids, 1):
         text = store.read(thread_id)
         if text is not None:  # deleted while we walked

@@ -14,7 +14,7 @@ so (`Lifetime.is_expired_steps`):
 
 - in its data: the time of its newest checkpoint, which its id tells (`checkpoint_time`), read
   with the history at no cost, and atomic with every change of it;
-- in the store's expiry index (`stores.base.Expiring`): a time recorded after each write (and
+- in the store's expiries (`Store.expire_at`; every store keeps them): a time recorded after each write (and
   read, with `refresh_on_read`), rounded up to a grain of a hundredth of the time-to-live
   (`grain`), so that a busy thread records it once a grain, not once a write; a copy, a
   migration or an import records it too, so their old checkpoints start a fresh clock.

@@ -74,7 +74,7 @@ async def aupgrade(
     progress: Progress | None = None,
     backup: str | os.PathLike[str] | None = None,
 ) -> SchemaUpgrade:
-    """`upgrade` on the store's async methods (`aread`, `akeys`, `TelarSaver.arewrite`): for an
+    """`upgrade` on the store's async methods (`aread`, `athread_keys`, `TelarSaver.arewrite`): for an
     application that holds an async store (an async Postgres or Redis pool) in its event loop.
     The steps themselves run in the loop, thread by thread, as a read of the saver does."""
     saver = _saver_of(store_or_saver, schema, thread_ids)
@@ -102,7 +102,7 @@ def _upgrade_steps(
     report = SchemaUpgrade()
     store = saver.store
     backups = None if backup is None or dry_run else _Backups(store, Path(backup), report)
-    chosen = sorted((yield call(store.keys, store.akeys))) if thread_ids is None else list(thread_ids)
+    chosen = (yield call(store.thread_keys, store.athread_keys)) if thread_ids is None else list(thread_ids)
     for done, thread_id in enumerate(chosen, 1):
         text = yield call(store.read, store.aread, thread_id)
         try:
@@ -199,7 +199,7 @@ def status(store: Store, schema: Schema, *, progress: Progress | None = None) ->
     if not isinstance(schema, Schema):
         raise UsageError(f"status: schema must be a Schema, not {type(schema).__name__}")
     report = SchemaStatus(schema.version)
-    chosen = sorted(store.keys())
+    chosen = store.thread_keys()
     for done, thread_id in enumerate(chosen, 1):
         text = store.read(thread_id)
         if text is not None:

@@ -1,7 +1,7 @@
 """The index of threads a saver keeps in its store: which threads hold a run id or a metadata value.
 
 `list(None, filter=...)` and `delete_for_runs` look threads up in it, where the store keeps one
-(the optional protocol `Indexed`), instead of reading every thread. A thread is recorded under a
+(`Store.keeps_index`), instead of reading every thread. A thread is recorded under a
 *term* for each run id and each plain metadata value of its checkpoints (`metadata_terms`, pure,
 no I/O). The index may hold more than the threads do; callers check every thread it gives, so a
 term only has to be equal for values that LangGraph's filter (``metadata.get(key) == value``)
@@ -24,7 +24,7 @@ import orjson
 from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import TelarError
 from telar_checkpoint.steps import Emit, Steps, Stream, call
-from telar_checkpoint.stores.base import Indexed, Store
+from telar_checkpoint.stores.base import Store
 from telar_checkpoint.threads import ThreadRecords
 
 KEYS_PAGE = 100  # threads asked of the store at a time by `list(None, ...)`
@@ -124,7 +124,7 @@ class ThreadIndex:
 
     def __init__(self, store: Store, codec: CheckpointCodec, records: ThreadRecords) -> None:
         self.store, self.codec, self.records = store, codec, records
-        self.indexed: Indexed | None = store if isinstance(store, Indexed) else None  # the store, when it keeps an index
+        self.indexed: Store | None = store if store.keeps_index else None  # the store, when it keeps an index
         self._checked = False  # whether the store's index was found ready (or rebuilt)
 
     def new_terms(self, thread_id: str, terms: set[str]) -> set[str]:
@@ -163,7 +163,7 @@ class ThreadIndex:
         count = 0
         store, indexed = self.store, self.indexed
         if indexed is not None:
-            for thread_id in list((yield call(store.keys, store.akeys))):
+            for thread_id in (yield call(store.thread_keys, store.athread_keys)):
                 text = yield call(store.read, store.aread, thread_id)
                 if text is not None:
                     yield call(indexed.index, indexed.aindex, thread_id, self.history_terms(thread_id, text))
@@ -190,7 +190,7 @@ class ThreadIndex:
         index records under every term of the filter, else every thread, a page at a time."""
         store = self.store
         if not (yield from self.usable_steps()):
-            for thread_id in sorted((yield call(store.keys, store.akeys))):
+            for thread_id in (yield call(store.thread_keys, store.athread_keys)):
                 yield Emit(thread_id)
             return
         terms = filter_terms(filter) if filter else None
@@ -208,7 +208,7 @@ class ThreadIndex:
         """The threads that may hold checkpoints of these runs."""
         store = self.store
         if not (yield from self.usable_steps()):
-            return sorted((yield call(store.keys, store.akeys)))
+            return (yield call(store.thread_keys, store.athread_keys))
         threads: set[str] = set()
         indexed = self.indexed
         assert indexed is not None  # (usable)
@@ -217,7 +217,7 @@ class ThreadIndex:
         return sorted(threads)
 
 
-def _intersection_steps(terms: list[str], store: Indexed) -> Stream:
+def _intersection_steps(terms: list[str], store: Store) -> Stream:
     """The keys recorded under every term, in order, a page at a time, emitted. One term's keys
     come page by page; several terms' by seeking each in turn to the least key they could share
     (a zig-zag join), so the cost follows the keys found, not how many keys each term holds."""

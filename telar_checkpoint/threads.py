@@ -117,6 +117,8 @@ class ThreadRecords:
     def _count(self, thread_id: str, record: ThreadRecord, kept: Kept | None) -> None:
         """Make `kept` the record's, counted in the bounds and placed in the orders of its form."""
         record.kept = kept
+        if kept is None or kept.history is None:
+            record.upgraded = None  # (it holds the history that goes)
         chars = lines = 0
         if kept is not None:
             chars = (len(kept.text) + kept.pending if kept.text is not None else 0) + len(kept.latest or "")

@@ -38,7 +38,7 @@ def upgrade_format(
     `progress(done, total, thread_id)`: called after each thread (telar_checkpoint/progress.py)."""
     report = FormatUpgrade()
     saver = TelarSaver(store)
-    chosen = sorted(store.keys()) if thread_ids is None else list(thread_ids)
+    chosen = store.thread_keys() if thread_ids is None else list(thread_ids)
     for done, thread_id in enumerate(chosen, 1):
         text = store.read(thread_id)
         try:

@@ -24,7 +24,7 @@ from telar_checkpoint.format import CheckpointLine, DroppedLine, WritesLine, is_
 from telar_checkpoint.history import RESIDUE_SECONDS, History
 from telar_checkpoint.inspection import read_thread
 from telar_checkpoint.progress import Progress
-from telar_checkpoint.stores.base import SharedSpace, Store
+from telar_checkpoint.stores.base import Store
 from telar_checkpoint.values import ValueCodec
 
 Severity = Literal["error", "warning"]
@@ -266,9 +266,8 @@ def verify_store(
     `progress(done, total, thread_id)`: called after each thread (telar_checkpoint/progress.py).
     """
     whole = thread_ids is None
-    space = store if whole and isinstance(store, SharedSpace) else None
-    report = VerifyReport(foreign=space.foreign() if space else [], stale=space.stale_temp_files() if space else [])
-    chosen = sorted(store.keys()) if thread_ids is None else list(thread_ids)
+    report = VerifyReport(foreign=store.foreign() if whole else [], stale=store.stale_temp_files() if whole else [])
+    chosen = store.thread_keys() if thread_ids is None else list(thread_ids)
     for done, thread_id in enumerate(chosen, 1):
         text = read_thread(store, thread_id) if thread_ids is not None else store.read(thread_id)
         if text is not None:

@@ -9,8 +9,8 @@ delete_for_runs, prune, copy, migration, import, trim, repair, upgrade). `Writer
    one before it kept, so each appends. Other processes still race; the store settles that.
 2. A put or writes is applied by the rules (`rules.apply`) to the history kept for the store's
    last version of the thread (`threads.ThreadRecords`), and compaction decides `Append` or `Rewrite`.
-   An `Append` is appended only if the store is still at that version (`Versioned.append_if`,
-   or `DeferredAppends.append_if_deferred`).
+   An `Append` is appended only if the store is still at that version (`Store.append_if`,
+   or `Store.append_if_deferred`), where the store `keeps_versions`.
 3. Otherwise (no kept history, a `Rewrite`, a `RewriteThread`, or the store moved on) the
    store updates the string atomically with the same change applied to what it holds
    (`update_versioned`, `Writer.applied`).
@@ -36,8 +36,7 @@ from telar_checkpoint.format import WritesLine
 from telar_checkpoint.history import History
 from telar_checkpoint.rules import Put, apply
 from telar_checkpoint.steps import Steps, arun, call, run
-from telar_checkpoint.stores.base import ABSENT, Store, Versioned
-from telar_checkpoint.stores.group_commit import DeferredAppends
+from telar_checkpoint.stores.base import ABSENT, Store
 from telar_checkpoint.thread_index import ThreadIndex
 from telar_checkpoint.threads import ThreadRecords
 
@@ -127,8 +126,8 @@ class Writer:
 
     def __init__(self, store: Store, index: ThreadIndex, records: ThreadRecords, keep_finished_calls: bool = False) -> None:
         self.store, self.index, self.records, self.keep_finished_calls = store, index, records, keep_finished_calls
-        self.versioned: Versioned | None = store if isinstance(store, Versioned) else None  # the store, when it has versions
-        self.deferred: DeferredAppends | None = store if isinstance(store, DeferredAppends) else None  # when it defers durability
+        self.versioned: Store | None = store if store.keeps_versions else None  # the store, when it has versions
+        self.deferred: Store | None = store if store.defers_appends else None  # when it defers durability
         self.turns = Turns()
 
     def applied(self, thread_id: str, change: Change) -> StringChange:

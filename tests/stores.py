@@ -9,7 +9,12 @@ every node). The servers, and how a test declares those it uses, are in
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import multiprocessing
+import os
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from telar_checkpoint.stores import FileStore, MemoryStore, Store
+from telar_checkpoint.stores import Change, FileStore, MemoryStore, Store
 from telar_checkpoint.stores.sqlite import SQLiteStore
 from telar_checkpoint.testing import child_exit_code as child_exit_code  # for the tests that import it from here
 from tests import servers
@@ -28,6 +33,82 @@ STORE_KINDS = ["memory", "file", "sqlite", "postgres", "redis", "redis-cluster"]
 LOCAL_KINDS = ["memory", "file", "sqlite"]
 SERVER_KINDS = ["postgres", "redis", "redis-cluster"]
 SHARED_KINDS = ["file", "sqlite", "postgres", "redis", "redis-cluster"]  # several processes can open the same one
+PLAIN_KINDS = ["plain", "plain-file"]  # stores of the four abstract methods alone, as a user's own may be
+
+
+class PlainStore(Store):
+    """A store of the four abstract methods alone, on a dict: `Store`'s defaults do the rest."""
+
+    kind = "plain"
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def read(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    def update(self, key: str, change: Change) -> str | None:
+        with self.lock:
+            new = change(self.values.get(key))
+            if new is None:
+                self.values.pop(key, None)
+            else:
+                self.values[key] = new
+            return new
+
+    def delete(self, key: str) -> None:
+        with self.lock:
+            self.values.pop(key, None)
+
+    def keys(self) -> Iterator[str]:
+        return iter(list(self.values))
+
+
+class PlainFileStore(Store):
+    """A store of the four abstract methods alone, on a directory that several processes may open:
+    a file per key, named by the key's hash and holding ``[key, value]`` as JSON, replaced through
+    a temporary file under an exclusive lock of the file "lock" (taken by each update)."""
+
+    kind = "plain-file"
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        return self.directory / (hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest() + ".json")
+
+    def read(self, key: str) -> str | None:
+        try:
+            text = self._path(key).read_text(encoding="ascii")
+        except FileNotFoundError:
+            return None
+        value: str = json.loads(text)[1]
+        return value
+
+    def update(self, key: str, change: Change) -> str | None:
+        path = self._path(key)
+        with open(self.directory / "lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            new = change(self.read(key))
+            if new is None:
+                path.unlink(missing_ok=True)
+            else:
+                temp = path.with_suffix(".tmp")
+                temp.write_text(json.dumps([key, new]), encoding="ascii")
+                os.replace(temp, path)
+            return new
+
+    def delete(self, key: str) -> None:
+        self.update(key, lambda _old: None)
+
+    def keys(self) -> Iterator[str]:
+        for path in sorted(self.directory.glob("*.json")):
+            try:
+                yield json.loads(path.read_text(encoding="ascii"))[0]
+            except FileNotFoundError:  # deleted since listed
+                pass
 
 
 
@@ -38,6 +119,10 @@ def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Sto
     store: Store
     if kind == "memory":
         store = MemoryStore()
+    elif kind == "plain":
+        store = PlainStore()
+    elif kind == "plain-file":
+        store = PlainFileStore(tmp_path / "plain")
     elif kind == "file":
         store = FileStore(tmp_path / "store")
     elif kind == "sqlite":
@@ -69,6 +154,8 @@ def describe(store: Store) -> tuple[str, dict[str, Any]]:
         return "file", {"directory": str(store.directory)}
     if isinstance(store, SQLiteStore):
         return "sqlite", {"path": str(store.path)}
+    if isinstance(store, PlainFileStore):
+        return "plain-file", {"directory": str(store.directory)}
     if store.kind == "postgres":
         return "postgres", {"conninfo": store.conninfo, "schema": store.schema}  # type: ignore[attr-defined]
     if store.kind in ("redis", "redis-cluster"):
@@ -83,6 +170,8 @@ def reopen(description: tuple[str, dict[str, Any]]) -> Store:
         return FileStore(**options)
     if kind == "sqlite":
         return SQLiteStore(**options)
+    if kind == "plain-file":
+        return PlainFileStore(**options)
     if kind == "postgres":
         from telar_checkpoint.stores.postgres import PostgresStore
 

@@ -3,7 +3,9 @@
 A saver made with `ttl=` hides a thread idle longer than its time-to-live from every reader at
 once (or shows only its latest checkpoint, with "keep_latest"), refuses a run that goes on
 writing to it, and `sweep` reclaims its space. The clock is the saver's (`clock=`): the tests
-move it forward rather than sleeping for minutes; a short test checks the real one.
+move it forward rather than sleeping for minutes; a short test checks the real one. Each test
+runs on our stores and on stores of the four abstract methods alone (tests/stores.py,
+`PLAIN_KINDS`), whose expiries and leases are `Store`'s defaults.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import asyncio
 import json
 import time
 import types
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,14 +24,34 @@ from langgraph.types import Command
 
 from telar_checkpoint import MemoryStore, TelarSaver, ThreadDeletedError, UsageError
 from telar_checkpoint.history import History
+from telar_checkpoint.inspection import list_threads
 from telar_checkpoint.lifetime import TTL, SweepReport, grain
 from telar_checkpoint.stores import Store
-from tests.stores import describe, processes, reopen
+from telar_checkpoint.stores.base import RESERVED
+from telar_checkpoint.verify import verify_store
+from tests.stores import PLAIN_KINDS, SHARED_KINDS, STORE_KINDS, describe, make_store, processes, reopen
 from tests.test_history_depth import delta_graph, needs_delta_channel
 from tests.test_lifetime import assert_deleted, fan_out_deleting, in_a_row, once_stored
 
 DAY = 24 * 60  # minutes
 MONTH = 30 * DAY
+
+
+@pytest.fixture(params=STORE_KINDS + PLAIN_KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return make_store(request.param, tmp_path, request)
+
+
+@pytest.fixture(params=SHARED_KINDS + ["plain-file"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return make_store(request.param, tmp_path, request)
+
+
+@pytest.fixture(params=STORE_KINDS + PLAIN_KINDS)
+async def astore(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    store = make_store(request.param, tmp_path, request)
+    yield store
+    await store.aclose()
 
 
 class Clock:
@@ -398,13 +421,30 @@ def test_the_cli_expires_with_a_dry_run_first(tmp_path: Any, capsys: Any) -> Non
     assert "--ttl" in capsys.readouterr().err
 
 
-def test_a_ttl_needs_a_store_that_keeps_expiries() -> None:
-    from tests.test_store_contract import PlainStore
+def test_a_ttl_works_on_a_store_of_the_four_abstract_methods(clock: Clock) -> None:
+    """A store of one's own (`read`, `update`, `delete`, `keys` on a dict) takes a time-to-live:
+    a real graph's idle thread expires and the sweep deletes it, the live one stays, and the
+    store's own keys of its expiries and lease are listed as no thread."""
+    from tests.stores import PlainStore
 
-    with pytest.raises(UsageError, match="expiry index"):
-        TelarSaver(PlainStore(), ttl={"default_ttl": 5})
+    store = PlainStore()
+    saver = TelarSaver(store, ttl={"default_ttl": 60}, clock=clock)
+    graph = in_a_row(a=lambda s: {"log": ["a"]}, b=lambda s: {"log": ["b"]}).compile(checkpointer=saver)
+    graph.invoke({"log": []}, config("idle"))
+    clock.advance(59)
+    graph.invoke({"log": []}, config("live"))
+    assert visible(saver) == {"idle", "live"} and store.thread_keys() == ["idle", "live"]
+    assert any(key.startswith(RESERVED) for key in store.keys())  # the expiries, kept in the store
+    assert [summary.thread_id for summary in list_threads(store).threads] == ["idle", "live"]
+    assert sorted(verify_store(store).threads) == ["idle", "live"]
+    clock.advance(2)
+    assert saver.get_tuple(config("idle")) is None and visible(saver) == {"live"}
+    report = saver.sweep()
+    assert report.deleted == ["idle"] and not report.failed
+    assert_deleted(saver, "idle")
+    assert graph.get_state(config("live")).values["log"] == ["a", "b"]
+    assert saver.sweep().examined == 0
     assert TelarSaver(PlainStore(), ttl=None).ttl is None
-    assert TelarSaver(PlainStore()).ttl is None
     assert TelarSaver(MemoryStore(), ttl=TTL(default_ttl=5.0)).ttl == TTL(default_ttl=5.0)
 
 

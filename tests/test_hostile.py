@@ -23,7 +23,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from telar_checkpoint import FileStore, RefusedTypeError, SerializationError, StoredDataError, TelarError, TelarSaver
 from telar_checkpoint.history import History
-from telar_checkpoint.stores import SharedSpace, Store
+from telar_checkpoint.stores import Store
 
 LONG_ASCII = "x" * 10_000
 LONG_TEXT = "".join(  # random CJK (incompressible), with path and control characters mixed in
@@ -67,7 +67,7 @@ def test_hostile_ids_round_trip_exactly(store: Store, tmp_path: Path) -> None:
         assert [t.config for t in listed] == [saved]
     assert sorted(store.keys()) == sorted(threads)
     assert sorted({t.config["configurable"]["thread_id"] for t in saver.list(None)}) == sorted(threads)
-    assert not isinstance(store, SharedSpace) or store.foreign() == []
+    assert store.foreign() == []
     if isinstance(store, FileStore):
         assert_inside(store, tmp_path)
     if store.kind == "redis":

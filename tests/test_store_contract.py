@@ -8,7 +8,6 @@ tests/test_stores.py.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,9 +15,9 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 
 from telar_checkpoint import TelarSaver
-from telar_checkpoint.stores import Change, Store
+from telar_checkpoint.stores import Store
 from telar_checkpoint.testing import StoreTests
-from tests.stores import describe, make_store, reopen
+from tests.stores import PlainFileStore, PlainStore, describe, make_store, reopen
 
 
 class OurStore(StoreTests):
@@ -65,49 +64,39 @@ class TestRedisClusterStore(OurStore):
     shared = True
 
 
-class PlainStore(Store):
-    """A store of the four abstract methods alone (none of the optional protocols), on a dict:
-    what a user's own store may be."""
-
-    kind = "plain"
-
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-        self.lock = threading.Lock()
-
-    def read(self, key: str) -> str | None:
-        return self.values.get(key)
-
-    def update(self, key: str, change: Change) -> str | None:
-        with self.lock:
-            new = change(self.values.get(key))
-            if new is None:
-                self.values.pop(key, None)
-            else:
-                self.values[key] = new
-            return new
-
-    def delete(self, key: str) -> None:
-        with self.lock:
-            self.values.pop(key, None)
-
-    def keys(self) -> Iterator[str]:
-        return iter(list(self.values))
-
-
 class TestPlainStore(StoreTests):
+    """`PlainStore` (tests/stores.py): the four abstract methods on a dict, `Store`'s defaults for
+    the rest; its expiries and leases too."""
+
     versions = False
     indexes = False
-    expires = False
+    delete_forgets_expiry = False
 
     @pytest.fixture
     def store(self) -> Store:
         return PlainStore()
 
 
+class TestPlainFileStore(TestPlainStore):
+    """`PlainFileStore`: the four abstract methods on a directory that processes share; `Store`'s
+    default leases hold across processes."""
+
+    shared = True
+    # (a child forked mid-write holds its parent's flock through the descriptor it inherited)
+    test_a_child_forked_mid_write_takes_its_own_turn = None
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Store:
+        return PlainFileStore(tmp_path / "plain")
+
+    def opener(self, store: Store) -> Callable[[], Store]:
+        return functools.partial(PlainFileStore, store.directory)  # type: ignore[attr-defined]
+
+
 def test_a_saver_on_a_plain_store_runs_a_graph_and_its_time_travel() -> None:
-    """The saver needs none of the optional protocols: on `PlainStore`, a real graph's thread is
-    stored, continued, listed by filter, forked from a past checkpoint and deleted by run."""
+    """The saver needs no more than the four abstract methods: on `PlainStore` (`Store`'s defaults
+    for the rest), a real graph's thread is stored, continued, listed by filter, forked from a
+    past checkpoint and deleted by run."""
     from langgraph.graph import END, START, MessagesState, StateGraph
 
     def answer(state: MessagesState) -> dict[str, object]:

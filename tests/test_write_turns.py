@@ -17,7 +17,6 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from telar_checkpoint import MemoryStore, TelarSaver
 from telar_checkpoint.history import History
-from telar_checkpoint.stores.group_commit import DeferredAppends
 from tests.stores import child_exit_code
 
 
@@ -54,7 +53,7 @@ def test_writers_of_a_thread_at_once_each_append_their_own_lines(store) -> None:
     the history the writer before it kept (none falls back to a whole update), and all are stored."""
     saver = TelarSaver(store)
     first = first_checkpoint(saver)
-    appends = counted(store, "append_if_deferred" if isinstance(store, DeferredAppends) else "append_if")
+    appends = counted(store, "append_if_deferred" if store.defers_appends else "append_if")
     updates: list[str] = []
     update = store.update_versioned
     store.update_versioned = lambda key, change: updates.append(key) or update(key, change)  # type: ignore[method-assign]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import dataclass
-from typing import Any
 
 from telar_checkpoint.cli._commands import command_ttl, opened
 from telar_checkpoint.cli._exits import EXIT_CORRUPT, EXIT_FAILED
@@ -17,7 +16,7 @@ from telar_checkpoint.inspection import read_thread
 from telar_checkpoint.lifetime import SweepReport
 from telar_checkpoint.saver import TelarSaver
 from telar_checkpoint.server import TTL_VARIABLE
-from telar_checkpoint.stores.base import Indexed, Store
+from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.common import stored_size
 
 
@@ -57,7 +56,7 @@ def cmd_trim(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
         if args.thread:
             read_thread(store, args.thread)  # a missing thread is an error, not "nothing to trim"
-        thread_ids = [args.thread] if args.thread else sorted(store.keys())
+        thread_ids = [args.thread] if args.thread else store.thread_keys()
         bar = ProgressBar("reading threads", args.progress)
         try:
             plans, corrupt = plan_trim(store, thread_ids, args.keep, bar)
@@ -119,7 +118,7 @@ def cmd_upgrade(args: types.SimpleNamespace) -> int:
 
 def cmd_reindex(args: types.SimpleNamespace) -> int:
     with opened(args.url) as store:
-        if not isinstance(store, Indexed):
+        if not store.keeps_index:
             raise UsageError(f"the {store.kind} store keeps no index")
         count = TelarSaver(store).rebuild_index()
     if args.json:
@@ -160,8 +159,7 @@ def cmd_expire(args: types.SimpleNamespace) -> int:
         if args.dry_run:
             report = saver.sweep(dry_run=True)
         else:
-            expiring: Any = store
-            total = len(expiring.expired(saver.clock(), 1 << 62))
+            total = len(store.expired(saver.clock(), 1 << 62))
             bar = ProgressBar("expiring threads", args.progress)
             report = SweepReport()
             try:

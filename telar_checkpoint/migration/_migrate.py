@@ -111,7 +111,7 @@ def reencode(
         built.replaces = text
         return built
 
-    threads = list(thread_ids) if thread_ids is not None else sorted(saver.store.keys())
+    threads = list(thread_ids) if thread_ids is not None else saver.store.thread_keys()
     _run(report, saver, threads, build, dry_run, progress, named=thread_ids is not None)
     return report
 

@@ -145,7 +145,7 @@ def discover_threads(source: BaseCheckpointSaver) -> list[str]:
     """Every thread id the source holds, sorted. Falls back to `source.list(None)`."""
     kind = _kind(source)
     if kind == "telar":
-        return sorted(source.store.keys())  # type: ignore[attr-defined]
+        return source.store.thread_keys()  # type: ignore[attr-defined]
     if kind == "memory":
         return sorted(str(t) for t, spaces in source.storage.items() if any(spaces.values()))  # type: ignore[attr-defined]
     if kind in ("sqlite", "postgres"):

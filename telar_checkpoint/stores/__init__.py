@@ -1,4 +1,4 @@
-"""Stores: strings keyed by thread id. See `Store` for the interface and its optional protocols.
+"""Stores: strings keyed by thread id. See `Store` for the interface: four methods, the rest derived.
 
 The server stores are imported on first use of their names, so importing this
 package does not import psycopg or redis.
@@ -9,9 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from telar_checkpoint.stores.base import Change, Expiring, Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.file import FileStore
-from telar_checkpoint.stores.group_commit import DeferredAppends
 from telar_checkpoint.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -38,6 +37,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Change", "DeferredAppends", "Expiring", "FileStore", "Indexed", "MemoryStore", "PostgresStore", "RedisStore", "SQLiteStore",
-    "OpenedStore", "SharedSpace", "Store", "Versioned", "open_store",
+    "Change", "FileStore", "MemoryStore", "OpenedStore", "PostgresStore", "RedisStore", "SQLiteStore", "Store", "open_store",
 ]

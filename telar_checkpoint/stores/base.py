@@ -1,34 +1,69 @@
-"""The store interface: strings keyed by thread id, nothing more.
+"""The store interface: strings keyed by thread id, and what the saver builds on them.
 
 A store knows nothing of LangGraph or of our format. It reads, atomically
-updates, deletes and lists strings. `update` takes a pure function from the
-current value to the new one, so a store may retry it (optimistic
-concurrency) or run it under a lock; when the new value extends the old one,
-a store whose storage allows it appends the suffix instead of rewriting.
-Async methods default to running the sync ones in a worker thread, so they
-never block the event loop; server-backed stores override them natively.
-What only some stores do is an optional protocol: `Versioned`, `Indexed`,
-`Expiring`, `SharedSpace`.
+updates, deletes and lists strings: those four methods are all a store of
+one's own must write. `update` takes a pure function from the current value to
+the new one, so a store may retry it (optimistic concurrency) or run it under a
+lock; when the new value extends the old one, a store whose storage allows it
+appends the suffix instead of rewriting.
+
+Everything else `Store` gives a default built on those four, as
+`collections.abc` gives mixin methods: versions and conditional appends, an
+index of terms, expiries and leases, deferred appends, foreign entries. Our
+stores override them with faster ones; three class attributes say which
+defaults a store has replaced where the saver must know it (`keeps_versions`,
+`keeps_index`, `defers_appends`). Async methods default to running the sync
+ones in a worker thread, so they never block the event loop; server-backed
+stores override them natively.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Hashable, Iterator
 
 Change = Callable[[str | None], str | None]
 """A pure function from the stored value (None: absent) to the new one (None: delete)."""
 
+RESERVED = "\x00telar:"
+"""The start of the keys a store keeps for itself with the default expiries and leases (no
+thread id starts with a NUL character); `thread_keys` and `sorted_keys` leave them out."""
+_EXPIRY = RESERVED + "expiry:"  # + a key: its expiry, as `repr` of the float
+_LEASE = RESERVED + "lease:"  # + a lease's name: [holder, end] as JSON
+
+
+class _Absent:
+    """The type of `ABSENT`."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Hashable = _Absent()
+"""The version of a key that holds nothing, for `Store.append_if` (never a store's version)."""
+
 
 class Store(ABC):
-    """A few methods on strings keyed by thread id; the rest is derived. What only some stores
-    can do is an optional protocol the store also subclasses: `Versioned`, `Indexed`,
-    `Expiring`, `SharedSpace` (and `group_commit.DeferredAppends`). The saver and
-    `telar_checkpoint.testing.StoreTests` go by those, never by the methods a store overrides."""
+    """Strings keyed by thread id: `read`, `update`, `delete` and `keys` are abstract; every
+    other method has a default built on them, which a store may override with a faster one.
+
+    The saver asks a store what it can do by three class attributes, never by its type or by
+    the methods it overrides. `StoreTests` (`telar_checkpoint.testing`) checks a store against
+    all of it."""
 
     #: A short name for messages and listings ("file", "sqlite", ...).
     kind: str = "store"
+    #: `version` gives a token that changes with every write and `append_if` appends at it
+    #: (False, the defaults: no versions; the saver reads a thread whole and updates it).
+    keeps_versions: bool = False
+    #: `indexed` gives the keys recorded under a term, at a cost in what it finds (False, the
+    #: defaults: nothing recorded, every key given; the saver reads every thread instead).
+    keeps_index: bool = False
+    #: `append_if_deferred` may return before its append is durable, and `flush` makes it so
+    #: (False: `append_if_deferred` is `append_if`; the saver flushes only when True).
+    defers_appends: bool = False
 
     @abstractmethod
     def read(self, key: str) -> str | None:
@@ -49,13 +84,21 @@ class Store(ABC):
 
     @abstractmethod
     def keys(self) -> Iterator[str]:
-        """Every key that holds a value, in no particular order."""
+        """Every key that holds a value, in no particular order (with the default expiries and
+        leases, the store's own keys, starting `RESERVED`, too)."""
+
+    def thread_keys(self) -> list[str]:
+        """Every thread's key, in code point order: `keys()` but the store's own (starting
+        `RESERVED`). The library lists threads with it, and pages through them with `sorted_keys`
+        where the store `keeps_index`."""
+        return sorted(k for k in self.keys() if not k.startswith(RESERVED))
 
     def sorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
-        """Keys in code point order, those after `after` only, at most `limit` of them (the
-        default sorts `keys()`; a store that keeps its keys ordered reads just those asked for)."""
-        chosen = sorted(k for k in self.keys() if after is None or k > after)
-        return chosen if limit is None else chosen[:limit]
+        """`thread_keys()` after `after` only, at most `limit` of them (the default filters
+        `thread_keys()`; a store that keeps its keys in order, in its index, reads just those
+        asked for, so it may give fewer while its index is not ready)."""
+        chosen = [k for k in self.thread_keys() if after is None or k > after]
+        return chosen if limit is None else chosen[: max(limit, 0)]
 
     def write(self, key: str, value: str) -> None:
         """Store `value` for `key`, replacing what was there."""
@@ -69,7 +112,125 @@ class Store(ABC):
     def close(self) -> None:
         """Release connections or handles; the default holds none."""
 
-    # Async twins: a worker thread by default, overridden where a native API exists.
+    # --- Versions: what lets the saver append without reading a thread whole (`keeps_versions`) ---
+
+    def version(self, key: str) -> Hashable | None:
+        """A token for the current value of `key` (None: no value). The default, without
+        versions, answers None always; the saver does not ask unless `keeps_versions`."""
+        return None
+
+    def update_versioned(self, key: str, change: Change) -> tuple[str | None, Hashable | None]:
+        """`update`, returning the new value and its version (None when not known exactly: the
+        default's always)."""
+        return self.update(key, change), None
+
+    def append_if(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+        """Append `suffix` if `key` is still at `version`, durably; the new version, or None if
+        nothing was appended. With `ABSENT`, create `key` holding `suffix` only if it holds
+        nothing, in one step. A store may answer None always (the default does): the saver then
+        updates."""
+        return None
+
+    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+        """`append_if`, which may return before the suffix is durable where `defers_appends`:
+        `flush` before acknowledging it. The default is `append_if`."""
+        return self.append_if(key, suffix, version)
+
+    def flush(self, key: str) -> None:
+        """Return once every append of `key` made so far is durable (the default's are at once)."""
+
+    # --- The index of terms (`keeps_index`) ---
+
+    def index(self, key: str, terms: Collection[str]) -> None:
+        """Record `terms` (short strings: see `telar_checkpoint.thread_index`) for `key`, durably
+        before any write of `key` made after this returns. The saver records a key's terms before
+        it writes lines that hold them, so the index may hold more than the values do, never
+        less. The default records nothing (its `indexed` gives every key)."""
+
+    def unindex(self, key: str, terms: Collection[str]) -> None:
+        """Forget `terms` for `key` (nothing happens for a term not recorded). Deleting a key
+        forgets its terms."""
+
+    def indexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
+        """The keys recorded under `term` (a superset of those holding it: each is checked
+        against its value), in code point order, from `start` on (inclusive: ``key + "\\x00"``
+        is the next key's least), at most `limit`. The default gives every thread's key."""
+        chosen = [k for k in self.sorted_keys() if start is None or k >= start]
+        return chosen if limit is None else chosen[: max(limit, 0)]
+
+    def index_ready(self) -> bool:
+        """Whether every value stored has its terms recorded (False, for a store written by a
+        release without an index: the saver rebuilds it before use). The default's always is."""
+        return True
+
+    def set_index_ready(self) -> None:
+        """Note that the index now covers every value stored (a no-op where it always does)."""
+
+    # --- Expiries and leases, for a time-to-live ---
+    # An expiry is seconds since the Unix epoch, as the caller's clock gives them. A key may have
+    # an expiry and no value (recorded before its first write). Deleting a key forgets its expiry
+    # where a store keeps expiries of its own; the defaults keep each under a key of the store's
+    # own (`RESERVED`), which a delete of the thread's key leaves until the saver's sweep, finding
+    # no value, removes it. Their cost is in how many keys are stored; ours cost what they find.
+
+    def expire_at(self, key: str, when: float) -> None:
+        """Record that `key` expires at `when`, unless a later time is recorded: the later of
+        the two is kept (two writers racing never shorten a key's life)."""
+        self.update(_EXPIRY + key, lambda old: repr(when) if old is None or when > float(old) else old)
+
+    def set_expiry(self, key: str, when: float | None) -> None:
+        """Record exactly `when` for `key`, whatever was recorded (None: it has no expiry)."""
+        if when is None:
+            self.delete(_EXPIRY + key)
+        else:
+            self.write(_EXPIRY + key, repr(when))
+
+    def expiry(self, key: str) -> float | None:
+        """The expiry recorded for `key`, or None."""
+        text = self.read(_EXPIRY + key)
+        return None if text is None else float(text)
+
+    def expired(self, now: float, limit: int) -> list[tuple[str, float]]:
+        """The keys whose expiry is at or before `now`, with it, earliest first (ties in key
+        order), at most `limit` of them."""
+        due = []
+        for own in self.keys():
+            if own.startswith(_EXPIRY) and (text := self.read(own)) is not None and (when := float(text)) <= now:
+                due.append((when, own[len(_EXPIRY) :]))
+        return [(key, when) for when, key in sorted(due)[: max(limit, 0)]]
+
+    def lease(self, name: str, holder: str, now: float, seconds: float) -> bool:
+        """Take or renew the lease `name` for `holder` until `now + seconds`: True if it is
+        free, lapsed (its end is at or before `now`) or already `holder`'s; False, changing
+        nothing, if another holder has it. Atomic across processes."""
+        taken = json.dumps([holder, now + seconds])
+
+        def take(old: str | None) -> str | None:
+            if old is not None:
+                held, end = json.loads(old)
+                if held != holder and end > now:
+                    return old
+            return taken
+
+        return self.update(_LEASE + name, take) == taken
+
+    def release(self, name: str, holder: str) -> None:
+        """Give up the lease `name` if `holder` has it (nothing happens otherwise)."""
+        self.update(_LEASE + name, lambda old: None if old is not None and json.loads(old)[0] == holder else old)
+
+    # --- What else a store's space holds, for `verify` and `list_threads` ---
+
+    def foreign(self) -> list[str]:
+        """Entries in the store's space (a directory, a database, a key prefix) that are not
+        values of this store, which the listings show apart (the default knows of none)."""
+        return []
+
+    def stale_temp_files(self) -> list[str]:
+        """Leftovers of writes that were killed midway, which the store removes in time."""
+        return []
+
+    # --- Async twins: a worker thread by default, overridden where a native API exists ---
+
     async def aread(self, key: str) -> str | None:
         return await asyncio.to_thread(self.read, key)
 
@@ -81,6 +242,9 @@ class Store(ABC):
 
     async def akeys(self) -> list[str]:
         return await asyncio.to_thread(lambda: list(self.keys()))
+
+    async def athread_keys(self) -> list[str]:
+        return sorted(k for k in await self.akeys() if not k.startswith(RESERVED))  # (`akeys`: a store may have no sync side)
 
     async def asorted_keys(self, after: str | None = None, limit: int | None = None) -> list[str]:
         return await asyncio.to_thread(self.sorted_keys, after, limit)
@@ -94,51 +258,6 @@ class Store(ABC):
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
 
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Store:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-class _Absent:
-    """The type of `ABSENT`."""
-
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-
-ABSENT: Hashable = _Absent()
-"""The version of a key that holds nothing, for `Versioned.append_if` (never a store's version)."""
-
-
-class Versioned(ABC):
-    """An optional protocol of a `Store`: a token that changes with every write of a key, and an
-    append at one. The saver keeps what it parsed with the version it came from, and appends
-    without reading the whole value again; a store without it is read whole.
-
-    `append_if(key, suffix, ABSENT)` creates `key` holding `suffix` only if it holds nothing, in
-    one step (a new thread's first write, which otherwise takes an update); a store may answer
-    None to it always, and the saver then updates."""
-
-    @abstractmethod
-    def version(self, key: str) -> Hashable | None:
-        """A token for the current value of `key` (None: no value)."""
-
-    @abstractmethod
-    def update_versioned(self, key: str, change: Change) -> tuple[str | None, Hashable | None]:
-        """`Store.update`, returning the new value and its version (None when not known exactly)."""
-
-    @abstractmethod
-    def append_if(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
-        """Append `suffix` if `key` is still at `version`, durably; the new version, or None if it moved."""
-
     async def aversion(self, key: str) -> Hashable | None:
         return await asyncio.to_thread(self.version, key)
 
@@ -148,36 +267,11 @@ class Versioned(ABC):
     async def aappend_if(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
         return await asyncio.to_thread(self.append_if, key, suffix, version)
 
+    async def aappend_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+        return await asyncio.to_thread(self.append_if_deferred, key, suffix, version)
 
-class Indexed(ABC):
-    """An optional protocol of a `Store`: an index of terms, so that operations across threads
-    (`list(None, filter=...)`, `delete_for_runs`) cost what they find, not how many keys are
-    stored. A term is a short string (a run id, a metadata value: see `telar_checkpoint.thread_index`).
-
-    The saver records a key's terms before it writes lines that hold them, so the index may hold
-    more than the values do (a write that failed after, a term removed since) but never less;
-    every key it gives is checked against its value. A store whose index is not ready (written
-    by a release without one) has it rebuilt by the saver before use."""
-
-    @abstractmethod
-    def index(self, key: str, terms: Collection[str]) -> None:
-        """Record `terms` for `key`, durably before any write of `key` made after this returns."""
-
-    @abstractmethod
-    def unindex(self, key: str, terms: Collection[str]) -> None:
-        """Forget `terms` for `key` (nothing happens for a term not recorded)."""
-
-    @abstractmethod
-    def indexed(self, term: str, start: str | None = None, limit: int | None = None) -> list[str]:
-        """The keys recorded under `term` (a superset of those holding it), in code point order,
-        from `start` on (inclusive: ``key + "\\x00"`` is the next key's least), at most `limit`."""
-
-    @abstractmethod
-    def index_ready(self) -> bool:
-        """Whether every value stored has its terms recorded (False: rebuild before use)."""
-
-    def set_index_ready(self) -> None:
-        """Note that the index now covers every value stored (a no-op where it always does)."""
+    async def aflush(self, key: str) -> None:
+        await asyncio.to_thread(self.flush, key)
 
     async def aindex(self, key: str, terms: Collection[str]) -> None:
         await asyncio.to_thread(self.index, key, terms)
@@ -193,42 +287,6 @@ class Indexed(ABC):
 
     async def aset_index_ready(self) -> None:
         await asyncio.to_thread(self.set_index_ready)
-
-
-class Expiring(ABC):
-    """An optional protocol of a `Store`: an expiry time per key (seconds since the Unix epoch,
-    as the caller's clock gives them), the keys whose time has come, earliest first, at a cost
-    in what they find rather than in how many keys are stored, and leases, so that one holder
-    at a time does a piece of work across processes (`lease`). Deleting a key forgets its
-    expiry. A key may have an expiry and no value (recorded before its first write)."""
-
-    @abstractmethod
-    def expire_at(self, key: str, when: float) -> None:
-        """Record that `key` expires at `when`, unless a later time is recorded: the later of
-        the two is kept (two writers racing never shorten a key's life)."""
-
-    @abstractmethod
-    def set_expiry(self, key: str, when: float | None) -> None:
-        """Record exactly `when` for `key`, whatever was recorded (None: it has no expiry)."""
-
-    @abstractmethod
-    def expiry(self, key: str) -> float | None:
-        """The expiry recorded for `key`, or None."""
-
-    @abstractmethod
-    def expired(self, now: float, limit: int) -> list[tuple[str, float]]:
-        """The keys whose expiry is at or before `now`, with it, earliest first (ties in key
-        order), at most `limit` of them."""
-
-    @abstractmethod
-    def lease(self, name: str, holder: str, now: float, seconds: float) -> bool:
-        """Take or renew the lease `name` for `holder` until `now + seconds`: True if it is
-        free, lapsed (its end is at or before `now`) or already `holder`'s; False, changing
-        nothing, if another holder has it. Atomic across processes."""
-
-    @abstractmethod
-    def release(self, name: str, holder: str) -> None:
-        """Give up the lease `name` if `holder` has it (nothing happens otherwise)."""
 
     async def aexpire_at(self, key: str, when: float) -> None:
         await asyncio.to_thread(self.expire_at, key, when)
@@ -248,15 +306,14 @@ class Expiring(ABC):
     async def arelease(self, name: str, holder: str) -> None:
         await asyncio.to_thread(self.release, name, holder)
 
+    def __enter__(self) -> Store:
+        return self
 
-class SharedSpace(ABC):
-    """An optional protocol of a `Store` whose space (a directory, a database, a key prefix) may
-    hold what is not its values, which `verify` reports."""
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
-    @abstractmethod
-    def foreign(self) -> list[str]:
-        """Entries in the store's space that are not values of this store (listed apart)."""
+    async def __aenter__(self) -> Store:
+        return self
 
-    def stale_temp_files(self) -> list[str]:
-        """Leftovers of writes that were killed midway, which the store removes in time."""
-        return []
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -38,7 +38,7 @@ from pathlib import Path
 from telar_checkpoint import forks
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import ForeignDataError, StoreError, StoreFullError, UsageError
-from telar_checkpoint.stores.base import Change, Expiring, Indexed, SharedSpace, Store
+from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.common import attempts, encode, extension, gave_up
 from telar_checkpoint.stores.file_access import (
     CLOEXEC,
@@ -52,7 +52,7 @@ from telar_checkpoint.stores.file_handle import Handle, Signature, flock_within,
 from telar_checkpoint.stores.file_index import INDEX_DIR, FileIndex
 from telar_checkpoint.stores.file_names import LONG_DIR, SUFFIX, decode_name, encode_name, legacy_name, names_key
 from telar_checkpoint.stores.file_temps import TMP, stale_temp_files, write_through_temp
-from telar_checkpoint.stores.group_commit import DeferredAppends
+from telar_checkpoint.stores.group_commit import append_durably
 
 __all__ = ["FileStore", "decode_name", "encode_name"]
 
@@ -88,7 +88,7 @@ def _forget_parents_files() -> None:
 forks.in_child_after_fork(_forget_parents_files)
 
 
-class FileStore(Store, DeferredAppends, Indexed, Expiring, SharedSpace):
+class FileStore(Store):
     """Histories as files under `directory`, one per thread.
 
     A read reads the file: the store keeps no texts (the saver keeps parsed histories by
@@ -98,8 +98,10 @@ class FileStore(Store, DeferredAppends, Indexed, Expiring, SharedSpace):
     """
 
     kind = "file"
-    # Versioned: a file's signature (see `file_handle.signature_of`); DeferredAppends: a batch of
-    # appends shares one fsync, in `flush`; Indexed and Expiring: in an SQLite database beside the files (`file_index`).
+    # Versions: a file's signature (see `file_handle.signature_of`); deferred appends: a batch of
+    # appends shares one fsync, in `flush`; the index, expiries and leases: in an SQLite database
+    # beside the files (`file_index`).
+    keeps_versions = keeps_index = defers_appends = True
 
     def __init__(
         self,
@@ -377,6 +379,9 @@ class FileStore(Store, DeferredAppends, Indexed, Expiring, SharedSpace):
                 os.close(target_dir)
         finally:
             os.close(source_dir)
+
+    def append_if(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+        return append_durably(self, key, suffix, version)
 
     def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> Signature | None:
         if version is None:

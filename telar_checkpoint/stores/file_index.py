@@ -1,7 +1,7 @@
 """The index of a `FileStore`: an SQLite database in the store's directory (``.index/index.sqlite3``).
 
 Files cannot hold an index that one write keeps in step with a history, so a file store keeps
-its index (see `Indexed.index`) in an `SQLiteStore` beside the files, which `FileIndex` holds: each thread's key as a value
+its index (see `Store.index`) in an `SQLiteStore` beside the files, which `FileIndex` holds: each thread's key as a value
 of its own (an empty string), which gives the keys in order, and its terms in that store's index.
 A key is recorded before its file is created and forgotten after its file is removed, and every
 write is durable when it returns, so the database never lists fewer threads than the directory.
@@ -14,7 +14,7 @@ without an index): a directory that holds histories when its database is made, o
 is missing, has an index that is not ready, which the saver rebuilds. A file created or edited
 by hand after that is seen once the index is rebuilt (``telar-checkpoint reindex``).
 
-The store's expiries and leases (see `Expiring`) are that database's too, and forgetting a key
+The store's expiries and leases (see `Store.expire_at`) are that database's too, and forgetting a key
 forgets its expiry.
 """
 

@@ -8,12 +8,10 @@ every write so far.
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from abc import abstractmethod
 from collections.abc import Callable, Hashable
 
-from telar_checkpoint.stores.base import Versioned
+from telar_checkpoint.stores.base import Store
 
 
 class GroupCommit:
@@ -45,29 +43,9 @@ class GroupCommit:
             self.synced = target
 
 
-class DeferredAppends(Versioned):
-    """An optional protocol of a `Store` whose appends may be made durable later, together:
-    `append_if_deferred` may return before its suffix is durable, and `flush` makes every
-    append of the key so far durable (the group commit above). `append_if` is the one, then
-    the other. The saver appends with the first inside a thread's turn and flushes after it,
-    so the next writer can append while this one waits for the disk."""
-
-    @abstractmethod
-    def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
-        """`append_if`, returning before the suffix is durable: `flush` before acknowledging it."""
-
-    @abstractmethod
-    def flush(self, key: str) -> None:
-        """Return once every append of `key` made so far is durable."""
-
-    def append_if(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
-        new_version = self.append_if_deferred(key, suffix, version)
-        if new_version is not None:
-            self.flush(key)
-        return new_version
-
-    async def aappend_if_deferred(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
-        return await asyncio.to_thread(self.append_if_deferred, key, suffix, version)
-
-    async def aflush(self, key: str) -> None:
-        await asyncio.to_thread(self.flush, key)
+def append_durably(store: Store, key: str, suffix: str, version: Hashable) -> Hashable | None:
+    """`Store.append_if` of a store that `defers_appends`: its deferred append, then its flush."""
+    new_version = store.append_if_deferred(key, suffix, version)
+    if new_version is not None:
+        store.flush(key)
+    return new_version

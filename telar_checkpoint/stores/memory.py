@@ -7,10 +7,10 @@ import heapq
 import threading
 from collections.abc import Collection, Hashable, Iterator
 
-from telar_checkpoint.stores.base import ABSENT, Change, Expiring, Indexed, Store, Versioned
+from telar_checkpoint.stores.base import ABSENT, Change, Store
 
 
-class MemoryStore(Store, Versioned, Indexed, Expiring):
+class MemoryStore(Store):
     """Keeps every history in a dict guarded by a lock; nothing survives the process.
 
     A value is kept as the list of pieces appended to it, joined when read, so an
@@ -20,6 +20,7 @@ class MemoryStore(Store, Versioned, Indexed, Expiring):
     """
 
     kind = "memory"
+    keeps_versions = keeps_index = True
 
     def __init__(self) -> None:
         self._data: dict[str, list[str]] = {}

@@ -23,14 +23,14 @@ key is locked too), and appends a chunk, or replaces the chunks by one (which
 also compacts a value of many chunks). A store of schema 1 (one row per
 thread) or 2 (no index) is migrated when first opened.
 
-The index (see `Indexed.index`) is ``{prefix}terms``, a row per term and key; a
+The index (see `Store.index`) is ``{prefix}terms``, a row per term and key; a
 term recorded commits before the write it describes, so a durable write never
 has its terms lost. Deleting a thread deletes its terms in the same transaction.
 ``{prefix}meta`` holds ``index = ready`` once the index covers every thread.
 Keys are listed in the order of their bytes, which is code point order, but for
 keys of more than `LONG_KEY` bytes, which sort by their hash.
 
-Expiries (see `Expiring`) are ``{prefix}expiry``, a row per key read in the order
+Expiries (see `Store.expire_at`) are ``{prefix}expiry``, a row per key read in the order
 of its index on ``(expires_at, key)``, and leases ``{prefix}leases``, a row per
 lease with its holder and end, taken or renewed by one upsert whose update runs
 only when the lease is lapsed or the holder's. A store opened without `create`
@@ -68,7 +68,7 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating a missi
 from telar_checkpoint import forks
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import NoAsyncDriverError, NoStoreError, StoreError, UsageError
-from telar_checkpoint.stores.base import ABSENT, Change, Expiring, Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.base import ABSENT, Change, Store
 from telar_checkpoint.stores.common import check_schema, decode_key, decoded_keys, driver_error, driver_errors, encode, extension
 from telar_checkpoint.stores.event_loops import INHERITED, PerLoop
 from telar_checkpoint.stores.postgres_connections import (
@@ -77,7 +77,7 @@ from telar_checkpoint.stores.postgres_connections import (
     Connections,
     Lender,
     Rows,
-    Steps,
+    SqlSteps,
     adrive,
     drive,
     server_name,
@@ -118,12 +118,13 @@ def _storable(text: str, key: str) -> str:
     return text
 
 
-class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
+class PostgresStore(Store):
     """Histories as rows of ``{table_prefix}histories`` in `schema` (created if needed)."""
 
     kind = "postgres"
-    # Versioned: drawn from the sequence ``{prefix}versions``; Indexed: ``{prefix}terms``;
-    # Expiring: ``{prefix}expiry`` and ``{prefix}leases``.
+    # Versions: drawn from the sequence ``{prefix}versions``; the index: ``{prefix}terms``;
+    # expiries and leases: ``{prefix}expiry`` and ``{prefix}leases``.
+    keeps_versions = keeps_index = True
 
     def __init__(
         self,
@@ -212,7 +213,7 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
 
     # Operations, each written once as steps
 
-    def _setup_steps(self) -> Steps:
+    def _setup_steps(self) -> SqlSteps:
         fresh = False
         if self.create:
             yield self._sql.advisory_lock, (self._sql.lock_name,)
@@ -239,7 +240,7 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
                 yield self._sql.set_index_ready, ()
         return SCHEMA_VERSION
 
-    def _refuse_foreign_steps(self) -> Steps:
+    def _refuse_foreign_steps(self) -> SqlSteps:
         """Refuse a schema holding a LangGraph PostgresSaver's tables and none of ours (see `stores.foreign`)."""
         rows = yield self._sql.foreign_probe, ()
         if rows[0][0] or not rows[0][1]:  # ours are there, or LangGraph's are not
@@ -258,7 +259,7 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
             source=masked("langgraph+" + url), target=masked(url),
         )
 
-    def _existing_steps(self) -> Steps:
+    def _existing_steps(self) -> SqlSteps:
         """Without `create`: check that our tables are there (of schema 2), changing nothing."""
         from telar_checkpoint.stores.foreign import masked, not_ours
 
@@ -272,7 +273,7 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         if rows[0][0]:
             raise NoStoreError(f"{self._where}: a store of schema 1; open it once with TelarSaver to upgrade it")
 
-    def _update_steps(self, key: str, change: Change) -> Steps:
+    def _update_steps(self, key: str, change: Change) -> SqlSteps:
         """Runs in a transaction: the upsert locks the thread row (version 0: a placeholder, never committed)."""
         raw_key = _key(key)
         rows = yield self._sql.lock_thread, (raw_key, _full_key(key))
@@ -298,7 +299,7 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         rows = yield self._sql.bump_and_insert, (raw_key, stored)
         return new, rows[0][0]
 
-    def _delete_steps(self, key: str) -> Steps:
+    def _delete_steps(self, key: str) -> SqlSteps:
         """Runs in a transaction: lock the thread row as an update does (the upsert also waits for
         an update creating the thread, whose row a plain DELETE would not see), then delete its
         chunks and its row. Deleting the row first left, when an update creating the thread
@@ -311,29 +312,29 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         if (yield from self._has_expiry_steps()):
             yield self._sql.drop_expiry, (raw_key,)
 
-    def _index_steps(self, key: str, terms: Collection[str], add: bool) -> Steps:
+    def _index_steps(self, key: str, terms: Collection[str], add: bool) -> SqlSteps:
         raw_key, raw_terms = _key(key), [encode(term) for term in terms]
         yield (self._sql.add_terms, (raw_terms, raw_key, _full_key(key))) if add else (self._sql.drop_some_terms, (raw_key, raw_terms))
 
-    def _indexed_steps(self, term: str, start: str | None, limit: int | None) -> Steps:
+    def _indexed_steps(self, term: str, start: str | None, limit: int | None) -> SqlSteps:
         rows = yield self._sql.indexed, (encode(term), b"" if start is None else _bound(start), limit)
         return decoded_keys([bytes(row[0]) for row in rows])
 
-    def _index_ready_steps(self) -> Steps:
+    def _index_ready_steps(self) -> SqlSteps:
         rows = yield self._sql.index_ready, ()
         return bool(rows)
 
-    def _set_index_ready_steps(self) -> Steps:
+    def _set_index_ready_steps(self) -> SqlSteps:
         yield self._sql.set_index_ready, ()
 
-    def _sorted_keys_steps(self, after: str | None, limit: int | None) -> Steps:
+    def _sorted_keys_steps(self, after: str | None, limit: int | None) -> SqlSteps:
         if after is None:
             rows = yield self._sql.first_keys, (limit,)
         else:
             rows = yield self._sql.keys_after, (_key(after), limit)
         return decoded_keys([bytes(row[0]) for row in rows])
 
-    def _has_expiry_steps(self) -> Steps:
+    def _has_expiry_steps(self) -> SqlSteps:
         """Whether the expiry and lease tables are there (a store opened without `create`, on
         tables older code made, may have none until its first expiry or lease is recorded)."""
         if not self._expiring:
@@ -341,7 +342,7 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
             self._expiring = bool(rows[0][0])
         return self._expiring
 
-    def _expiry_write_steps(self, name: str, params: tuple[Any, ...]) -> Steps:
+    def _expiry_write_steps(self, name: str, params: tuple[Any, ...]) -> SqlSteps:
         """Runs statement `name`, in a transaction that first makes the expiry and lease tables
         when they are not there (under the setup's lock)."""
         if not self._expiring:
@@ -350,7 +351,7 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
                 yield statement, ()
         return (yield getattr(self._sql, name), params)
 
-    def _expiry_read_steps(self, name: str, params: tuple[Any, ...]) -> Steps:
+    def _expiry_read_steps(self, name: str, params: tuple[Any, ...]) -> SqlSteps:
         """The rows of statement `name` (none when the tables are not there)."""
         if not (yield from self._has_expiry_steps()):
             return []
@@ -364,11 +365,11 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
     def _lease_args(self, name: str, holder: str, now: float, seconds: float) -> tuple[Any, ...]:
         return encode(name), encode(holder), now + seconds, now
 
-    def _keys_steps(self) -> Steps:
+    def _keys_steps(self) -> SqlSteps:
         rows = yield self._sql.keys, ()
         return [bytes(row[0]) for row in rows]
 
-    def _version_steps(self) -> Steps:
+    def _version_steps(self) -> SqlSteps:
         rows = yield self._sql.version, ()
         return int(rows[0][0])
 
@@ -389,7 +390,7 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
                     self._ready = True
         return self._connections
 
-    def _run(self, steps: Steps, *, transaction: bool = False) -> Any:
+    def _run(self, steps: SqlSteps, *, transaction: bool = False) -> Any:
         with self._errors(), self._lender().connection() as conn, conn.transaction() if transaction else nullcontext():
             return drive(steps, conn)
 
@@ -446,7 +447,7 @@ class PostgresStore(Store, Versioned, Indexed, Expiring, SharedSpace):
             self._ready = True
         return lender
 
-    async def _arun(self, steps: Steps, *, transaction: bool = False) -> Any:
+    async def _arun(self, steps: SqlSteps, *, transaction: bool = False) -> Any:
         with self._errors():
             async with (await self._async_lender()).connection() as conn:
                 if not transaction:

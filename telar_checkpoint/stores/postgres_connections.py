@@ -34,11 +34,13 @@ from telar_checkpoint.errors import StoreError
 
 Conn = TypeVar("Conn", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
 Rows = list[tuple[Any, ...]]
-Steps = Generator[tuple[sql.Composed | sql.SQL, tuple[Any, ...]], Rows, Any]
-"""An operation: the ``(query, params)`` it runs, each sent back its rows; it returns its result."""
+SqlSteps = Generator[tuple[sql.Composed | sql.SQL, tuple[Any, ...]], Rows, Any]
+"""An operation of the PostgreSQL store as a generator: it yields each ``(query, params)`` to run,
+is sent back its rows, and returns its result; `drive` and `adrive` run it (not the saver's
+`steps.Steps`, whose steps are calls of a store's methods)."""
 
 
-def drive(steps: Steps, conn: psycopg.Connection[Any]) -> Any:
+def drive(steps: SqlSteps, conn: psycopg.Connection[Any]) -> Any:
     """Run `steps` on `conn`, each statement through a cursor of tuple rows (a connection the
     application gave may make dicts: a pool set up for LangGraph's PostgresSaver does)."""
     try:
@@ -50,7 +52,7 @@ def drive(steps: Steps, conn: psycopg.Connection[Any]) -> Any:
         return stop.value
 
 
-async def adrive(steps: Steps, conn: psycopg.AsyncConnection[Any]) -> Any:
+async def adrive(steps: SqlSteps, conn: psycopg.AsyncConnection[Any]) -> Any:
     """`drive`, on an async connection."""
     try:
         query, params = next(steps)

@@ -8,9 +8,9 @@ Keys, under the store's prefix (schema 3); ``id`` is the raw UTF-8 bytes of the 
 ``h:`` + part       the thread's value: the exact UTF-8 bytes of its history
 ``v:`` + part       its version token: random bytes drawn anew by every write
 ``t:`` + part       the set of its index terms (so that a delete can drop them)
-``i:`` + term       the ids recorded under the term (`Indexed.index`), a sorted set (score 0)
+``i:`` + term       the ids recorded under the term (`Store.index`), a sorted set (score 0)
 ``keys``            every id holding a value, a sorted set (score 0) read by ``ZRANGEBYLEX``
-``expiry``          the ids with an expiry (`Expiring`), a sorted set scored by it
+``expiry``          the ids with an expiry (`Store.expire_at`), a sorted set scored by it
 ``l:`` + name       a lease: ``end`` + newline + holder, expiring in Redis when the lease ends
 ``index``           ``ready`` once the index covers every value
 ``schema``          the schema version
@@ -76,7 +76,7 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating a missi
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import StoreError, UsageError
 from telar_checkpoint.stores import redis_scripts as scripts
-from telar_checkpoint.stores.base import ABSENT, Change, Expiring, Indexed, SharedSpace, Store, Versioned
+from telar_checkpoint.stores.base import ABSENT, Change, Store
 from telar_checkpoint.stores.common import (
     attempts,
     check_schema,
@@ -111,8 +111,10 @@ class _Eval(NamedTuple):
     args: list[Any]
 
 
-Steps = Generator[_Eval | tuple[Any, ...], Any, Any]
-"""An operation: yields scripts and commands, receives each one's reply, returns the result."""
+RedisSteps = Generator[_Eval | tuple[Any, ...], Any, Any]
+"""An operation of the Redis store as a generator: it yields scripts (`_Eval`) and commands (their
+arguments), is sent back each one's reply, and returns its result; `_drive` and `_adrive` run it
+(not the saver's `steps.Steps`, whose steps are calls of a store's methods)."""
 
 _ERRORS = (redis.RedisError, RedisClusterException)
 """What redis-py raises (a cluster client's failures to reach any node are not `RedisError`s)."""
@@ -153,12 +155,13 @@ def _expected(version: Hashable) -> tuple[bytes, int] | None:
     return None
 
 
-class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
+class RedisStore(Store):
     """Histories as Redis strings under `prefix` on the server or cluster at `url`."""
 
     kind = "redis"
-    # Versioned: (token, length), see the module's docs; Indexed: a sorted set per term;
-    # Expiring: the sorted set ``expiry`` and a key per lease.
+    # Versions: (token, length), see the module's docs; the index: a sorted set per term;
+    # expiries and leases: the sorted set ``expiry`` and a key per lease.
+    keeps_versions = keeps_index = True
 
     def __init__(
         self,
@@ -282,14 +285,14 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         with self._errors():
             self._drive(self._setup_steps())
 
-    def _run(self, steps: Steps) -> Any:
+    def _run(self, steps: RedisSteps) -> Any:
         """Run an operation's steps, checking the schema first."""
         if not self._ready:
             self.setup()
         with self._errors():
             return self._drive(steps)
 
-    def _drive(self, steps: Steps) -> Any:
+    def _drive(self, steps: RedisSteps) -> Any:
         try:
             step = next(steps)
             while True:
@@ -299,7 +302,7 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
 
     # Operations, each written once as steps
 
-    def _setup_steps(self) -> Steps:
+    def _setup_steps(self) -> RedisSteps:
         """Records our schema on a new prefix (its index ready), marks 3 over 1 and 2 (its index
         not ready), and refuses a newer one."""
         if self.cluster:
@@ -324,7 +327,7 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
             yield ("SET", self._schema_key, SCHEMA_VERSION)  # a release without the index now refuses to write here
         self._ready = True
 
-    def _look_steps(self) -> Steps:
+    def _look_steps(self) -> RedisSteps:
         """A read's check, which writes nothing: a prefix of ours not yet written, on a server that
         holds a LangGraph RedisSaver's keys, is refused as the first write would be."""
         if not self.cluster and (yield ("EXISTS", self._schema_key)) == 0:
@@ -339,7 +342,7 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         with self._errors():
             await self._adrive(self._look_steps())
 
-    def _refuse_foreign_steps(self) -> Steps:
+    def _refuse_foreign_steps(self) -> RedisSteps:
         """Refuse a new prefix on a server holding a LangGraph RedisSaver's keys (see `stores.foreign`):
         at most `FOREIGN_SCANS` SCAN calls look for them, counting their threads up to THREADS_COUNTED."""
         from telar_checkpoint.stores.foreign import LANGGRAPH_REDIS_MATCH, THREADS_COUNTED, masked, redis_thread, refusal
@@ -368,7 +371,7 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         except ValueError:
             raise StoreError(f"{self._where}: the key {self._schema_key!r} holds {recorded!r}, not a schema version") from None
 
-    def _update_steps(self, key: str, change: Change) -> Steps:
+    def _update_steps(self, key: str, change: Change) -> RedisSteps:
         """One compare-and-set attempt: the new value and its version, or None when another writer moved it first."""
         raw = encode(key)
         keys = self._thread_keys(raw)
@@ -392,14 +395,14 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
             yield ("ZADD", self._key_set, 0, raw)
         return new, (plan[-1], int(result))
 
-    def _delete_steps(self, key: str) -> Steps:
+    def _delete_steps(self, key: str) -> RedisSteps:
         raw = encode(key)
         keys = self._thread_keys(raw)
         terms = yield _Eval(scripts.DELETE, keys, [raw, self._term_keys])
         if self.cluster:
             yield from self._cleanup_steps(raw, keys, terms)
 
-    def _cleanup_steps(self, raw: bytes, keys: list[bytes], terms: list[bytes]) -> Steps:
+    def _cleanup_steps(self, raw: bytes, keys: list[bytes], terms: list[bytes]) -> RedisSteps:
         """On a cluster, after a delete: drop the thread's id from the key set and from its terms'
         sets, then look again, restoring what a write that raced the delete recorded meanwhile
         (`index` records the thread's own terms before the terms' sets)."""
@@ -413,7 +416,7 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         for term in set(terms) & set(now):
             yield ("ZADD", self._term_keys + term, 0, raw)
 
-    def _index_steps(self, key: str, terms: Collection[str], add: bool) -> Steps:
+    def _index_steps(self, key: str, terms: Collection[str], add: bool) -> RedisSteps:
         raw = encode(key)
         encoded = [encode(term) for term in dict.fromkeys(terms)]
         if not encoded:
@@ -430,14 +433,14 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
                 yield ("ZREM", self._term_keys + term, raw)
             yield ("SREM", own, *encoded)
 
-    def _indexed_steps(self, term: str, start: str | None, limit: int | None) -> Steps:
+    def _indexed_steps(self, term: str, start: str | None, limit: int | None) -> RedisSteps:
         return (yield from self._range_steps(self._term_keys + encode(term), b"-" if start is None else b"[" + encode(start), limit))
 
-    def _index_ready_steps(self) -> Steps:
+    def _index_ready_steps(self) -> RedisSteps:
         self._index_ready = self._index_ready or (yield ("GET", self._index_key)) == b"ready"
         return self._index_ready
 
-    def _set_index_ready_steps(self, keys: list[str]) -> Steps:
+    def _set_index_ready_steps(self, keys: list[str]) -> RedisSteps:
         """Adds `keys` (every thread, found by a scan) to the key set, then marks the index ready."""
         for start in range(0, len(keys), SCAN_BATCH):
             members = [item for key in keys[start : start + SCAN_BATCH] for item in (0, encode(key))]
@@ -445,41 +448,41 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         yield ("SET", self._index_key, b"ready")
         self._index_ready = True
 
-    def _sorted_keys_steps(self, after: str | None, limit: int | None) -> Steps:
+    def _sorted_keys_steps(self, after: str | None, limit: int | None) -> RedisSteps:
         return (yield from self._range_steps(self._key_set, b"-" if after is None else b"(" + encode(after), limit))
 
-    def _range_steps(self, sorted_set: bytes, start: bytes, limit: int | None) -> Steps:
+    def _range_steps(self, sorted_set: bytes, start: bytes, limit: int | None) -> RedisSteps:
         """The ids of a sorted set (score 0) from `start` (ZRANGEBYLEX's form) on, at most `limit`."""
         if limit is not None and limit <= 0:
             return []
         page = () if limit is None else ("LIMIT", 0, limit)
         return decoded_keys((yield ("ZRANGEBYLEX", sorted_set, start, b"+", *page)))
 
-    def _expire_at_steps(self, key: str, when: float) -> Steps:
+    def _expire_at_steps(self, key: str, when: float) -> RedisSteps:
         yield ("ZADD", self._expiry_key, "GT", float(when), encode(key))
 
-    def _set_expiry_steps(self, key: str, when: float | None) -> Steps:
+    def _set_expiry_steps(self, key: str, when: float | None) -> RedisSteps:
         if when is None:
             yield ("ZREM", self._expiry_key, encode(key))
         else:
             yield ("ZADD", self._expiry_key, float(when), encode(key))
 
-    def _expiry_steps(self, key: str) -> Steps:
+    def _expiry_steps(self, key: str) -> RedisSteps:
         score = yield ("ZSCORE", self._expiry_key, encode(key))
         return None if score is None else float(score)
 
-    def _expired_steps(self, now: float, limit: int) -> Steps:
+    def _expired_steps(self, now: float, limit: int) -> RedisSteps:
         if limit <= 0:
             return []
         return _scored((yield ("ZRANGE", self._expiry_key, "-inf", float(now), "BYSCORE", "LIMIT", 0, limit, "WITHSCORES")))
 
-    def _lease_steps(self, name: str, holder: str, now: float, seconds: float) -> Steps:
+    def _lease_steps(self, name: str, holder: str, now: float, seconds: float) -> RedisSteps:
         return int((yield _Eval(scripts.LEASE, [self._leases + encode(name)], _lease_args(holder, now, seconds)))) == 1
 
-    def _release_steps(self, name: str, holder: str) -> Steps:
+    def _release_steps(self, name: str, holder: str) -> RedisSteps:
         yield _Eval(scripts.RELEASE, [self._leases + encode(name)], [encode(holder)])
 
-    def _schema_steps(self) -> Steps:
+    def _schema_steps(self) -> RedisSteps:
         return int((yield ("GET", self._schema_key)))
 
     def schema_version(self) -> int:
@@ -622,13 +625,13 @@ class RedisStore(Store, Versioned, Indexed, Expiring, SharedSpace):
         with self._errors():
             await self._adrive(self._setup_steps())
 
-    async def _arun(self, steps: Steps) -> Any:
+    async def _arun(self, steps: RedisSteps) -> Any:
         if not self._ready:
             await self.asetup()
         with self._errors():
             return await self._adrive(steps)
 
-    async def _adrive(self, steps: Steps) -> Any:
+    async def _adrive(self, steps: RedisSteps) -> Any:
         try:
             step = next(steps)
             while True:

@@ -24,14 +24,14 @@ compacts them into one. The tables carry a schema version of their own in
 ``telar_meta``; a database of schema 1 (one row per thread) or 2 (no index) is
 migrated when first opened.
 
-The index (see `Indexed.index`) is ``telar_terms``, a row per term and key, in
+The index (see `Store.index`) is ``telar_terms``, a row per term and key, in
 the same database: a term recorded commits before the write it describes, and
 the WAL is synced in commit order, so a durable write never has its terms lost.
 Deleting a key deletes its terms in the same transaction. ``telar_meta`` holds
 ``index = ready`` once the index covers every value (at once for a new
 database; after the saver's rebuild for one that schema 2 wrote).
 
-Expiries (see `Expiring`) are ``telar_expiry``, a row per key read in the order of
+Expiries (see `Store.expire_at`) are ``telar_expiry``, a row per key read in the order of
 its index on ``(expires_at, key)``, and leases ``telar_leases``, a row per lease
 with its holder and end, taken by one upsert; both commit as index changes do. They
 are not in the schema version: they are made when the store is set up, or, opened
@@ -53,9 +53,9 @@ from pathlib import Path
 from telar_checkpoint import forks
 from telar_checkpoint._arguments import check
 from telar_checkpoint.errors import NoStoreError, StoreError
-from telar_checkpoint.stores.base import Change, Expiring, Indexed, SharedSpace, Store
+from telar_checkpoint.stores.base import Change, Store
 from telar_checkpoint.stores.common import check_schema, decode_key, decode_value, decoded_keys, driver_error, encode, extension
-from telar_checkpoint.stores.group_commit import DeferredAppends, GroupCommit
+from telar_checkpoint.stores.group_commit import GroupCommit, append_durably
 
 SCHEMA_VERSION = 3
 """The layout of our tables; 1 and 2 are migrated, a database recording a newer one is refused
@@ -128,12 +128,13 @@ class _Connection(sqlite3.Connection):
     writing = False
 
 
-class SQLiteStore(Store, DeferredAppends, Indexed, Expiring, SharedSpace):
+class SQLiteStore(Store):
     """Histories as chunks in ``telar_chunks`` of the database file at `path` (see the module docs)."""
 
     kind = "sqlite"
-    # Versioned: the largest seq of a key's chunks; DeferredAppends: commits share one fsync of the
-    # WAL, in `flush`; Indexed: ``telar_terms``; Expiring: ``telar_expiry`` and ``telar_leases``.
+    # Versions: the largest seq of a key's chunks; deferred appends: commits share one fsync of the
+    # WAL, in `flush`; the index: ``telar_terms``; expiries and leases: ``telar_expiry`` and ``telar_leases``.
+    keeps_versions = keeps_index = defers_appends = True
 
     def __init__(
         self,
@@ -353,6 +354,9 @@ class SQLiteStore(Store, DeferredAppends, Indexed, Expiring, SharedSpace):
         """The largest ``seq`` of the key's chunks: every write inserts a chunk, and seqs are never reused."""
         with self._connection() as conn:
             return conn.execute(_LATEST, (encode(key),)).fetchone()[0]
+
+    def append_if(self, key: str, suffix: str, version: Hashable) -> Hashable | None:
+        return append_durably(self, key, suffix, version)
 
     def append_if_deferred(self, key: str, suffix: str, version: Hashable) -> int | None:
         if not isinstance(version, int):

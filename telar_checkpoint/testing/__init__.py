@@ -19,13 +19,15 @@ fixture), and declare what the store can do::
         def opener(self, store):  # needed only when `shared`: a picklable function of no arguments
             return functools.partial(MyStore, store.directory)
 
-Capabilities are class attributes: `versions` (the store is `Versioned`: `version()` gives tokens
-and `append_if` appends), `indexes` (the store is `Indexed`), `expires` (the store is `Expiring`:
-expiry times and leases), `shared` (see `opener`), `async_calls` (False for a store given a sync-only
-connection: its async methods must refuse) and `forked_child_writes`. A test that needs
-a capability the class declares absent is not collected at all (no skip in the report: a declaration, not an accident of the machine), and
-`test_declared_capabilities` checks that the store has the optional protocols the class declares,
-and behaves so. The async tests
+Capabilities are class attributes: `versions` (the store `keeps_versions`: `version()` gives
+tokens and `append_if` appends), `indexes` (the store `keeps_index`), `delete_forgets_expiry`
+(False for a store on `Store`'s default expiries, which a delete leaves), `shared` (see `opener`),
+`async_calls` (False for a store given a sync-only connection: its async methods must refuse) and
+`forked_child_writes`. Expiries and leases are tested on every store: each has them, its own or
+`Store`'s defaults. A test that needs a capability the class declares absent is not collected at
+all (no skip in the report: a declaration, not an accident of the machine), and
+`test_declared_capabilities` checks that the store's class attributes say what the class
+declares, and that it behaves so. The async tests
 run their coroutines with `asyncio.run`, so no pytest plugin is needed; the store is closed with
 `aclose` in that loop.
 

@@ -32,7 +32,7 @@ from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import CheckpointDroppedError, StoredDataError, TelarError, UsageError
 from telar_checkpoint.history import History
 from telar_checkpoint.inspection import CheckpointNotFoundError
-from telar_checkpoint.stores.base import Store, Versioned
+from telar_checkpoint.stores.base import Store
 from telar_checkpoint.stores.common import stored_size
 from telar_checkpoint.ui import views
 from telar_checkpoint.ui.catalogue import PAGE, Catalogue
@@ -229,7 +229,7 @@ class Viewer:
         """The store's version of the thread, taken before its text is read (a write in between
         then shows as a change on the next poll, not as one already seen); None when the store
         keeps none."""
-        return repr(self.store.version(thread_id)) if isinstance(self.store, Versioned) else None
+        return repr(self.store.version(thread_id)) if self.store.keeps_versions else None
 
     @staticmethod
     def _version(stored: str | None, text: str | None) -> str:

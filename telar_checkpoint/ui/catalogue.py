@@ -91,7 +91,7 @@ class Catalogue:
                 self._finished_at = time.monotonic()
 
     def _read_keys(self) -> None:
-        keys = sorted(self.store.keys())
+        keys = self.store.thread_keys()
         with self._lock:
             self._total, self._read, self._problem = len(keys), 0, None
         seen = set()
