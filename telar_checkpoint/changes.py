@@ -26,6 +26,7 @@ from telar_checkpoint.codec import CheckpointCodec
 from telar_checkpoint.errors import ArgumentTypeError, UsageError
 from telar_checkpoint.format import WritesLine
 from telar_checkpoint.rules import Put
+from telar_checkpoint.stores.base import RESERVED
 from telar_checkpoint.thread_index import metadata_terms
 
 Version = int | str
@@ -41,7 +42,10 @@ def thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
     try:
         configurable = config.get("configurable") or {}
         if "thread_id" in configurable:
-            return str(configurable["thread_id"]), configurable.get("checkpoint_ns") or ""
+            thread_id = str(configurable["thread_id"])
+            if thread_id.startswith(RESERVED):
+                raise UsageError(f"thread_id {thread_id!r}: a thread id may not start with {RESERVED!r} (stores keep their own keys there)")
+            return thread_id, configurable.get("checkpoint_ns") or ""
     except (AttributeError, TypeError):  # not a dict, or its "configurable" is not: say which
         if not isinstance(config, Mapping):
             raise ArgumentTypeError(f"config must be {_A_CONFIG}, not {type(config).__name__}") from None

@@ -347,3 +347,18 @@ def test_alist_inside_from_conn_string_in_one_loop_after_another_never_hangs() -
             assert asyncio.run(asyncio.wait_for(listing(), 20)) == min(loop + 1, 3)  # one put a loop
     finally:
         postgres_admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_a_thread_id_that_starts_as_a_stores_own_keys_is_refused() -> None:
+    """A store without expiries of its own keeps them under `stores.base.RESERVED` keys: no thread
+    may be stored there."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from telar_checkpoint import MemoryStore, TelarSaver, UsageError
+    from telar_checkpoint.stores.base import RESERVED
+
+    saver = TelarSaver(MemoryStore())
+    config = {"configurable": {"thread_id": RESERVED + "expiry:t", "checkpoint_ns": ""}}
+    with pytest.raises(UsageError, match="may not start with"):
+        saver.put(config, empty_checkpoint(), {"source": "input", "step": -1, "parents": {}}, {})
+    assert list(saver.store.keys()) == []
