@@ -420,3 +420,54 @@ def test_a_users_program_deleted_mid_run_stores_nothing_and_starts_again(store: 
     stored = list(saver.list(config))
     held = {t.config["configurable"]["checkpoint_id"] for t in stored}
     assert stored and all(t.parent_config is None or t.parent_config["configurable"]["checkpoint_id"] in held for t in stored)
+
+
+def _thread_made_at(made: float, *, own_ttl: float | None = None, deleted: bool = False) -> History:
+    """A thread of two checkpoints whose newest was made at `made` (its uuid6 id tells it), with its
+    own time-to-live, or deleted at `made`: written by the codec, read as a history. No store."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from telar_checkpoint.codec import CheckpointCodec, CheckpointRecord
+    from telar_checkpoint.lifetime import own_ttl as own
+
+    codec, text, parent = CheckpointCodec(), None, None
+    for step, offset in ((0, -10.0), (1, 0.0)):
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = deletion(made + offset).before  # the greatest uuid6 id of that instant
+        checkpoint["channel_values"], checkpoint["channel_versions"] = {"n": step}, {"n": step + 1}
+        text = codec.append(text, CheckpointRecord(checkpoint, {"source": "loop", "step": step, "parents": {}}, "", parent))
+        parent = checkpoint["id"]
+    if own_ttl is not None:
+        text = codec.with_ttl("t", text, own(own_ttl))
+    if deleted:
+        text = codec.delete_thread(text, deletion(made))
+    return History.parse("t", text)
+
+
+def test_the_lifetimes_decisions_are_pure_functions_of_the_settings_a_history_and_the_time() -> None:
+    """What expiring a thread does, what readers see of it and what a sweep does, decided without a
+    store: by the default time-to-live, the thread's own, the strategy and the age of its data."""
+    from telar_checkpoint.lifetime import TTL, expired_view, expiry_operation, quiet_until, sweep_step, ttl_seconds
+    from telar_checkpoint.rules import DeleteThread, KeepLatest
+
+    day, now = 86_400.0, 1_800_000_000.0
+    ttl = TTL(default_ttl=60.0)  # minutes
+    fresh, idle = _thread_made_at(now - 30), _thread_made_at(now - 2 * 3600)
+    assert ttl_seconds(ttl, idle) == 3600 and ttl_seconds(TTL(), idle) is None
+    assert expiry_operation(ttl, fresh, now) is None
+    assert isinstance(expiry_operation(ttl, idle, now), DeleteThread)
+    assert isinstance(expiry_operation(TTL(60.0, strategy="keep_latest"), idle, now), KeepLatest)
+    assert expiry_operation(ttl, _thread_made_at(now - 2 * 3600, own_ttl=24 * 60), now) is None, "its own ttl is longer"
+    assert ttl_seconds(ttl, _thread_made_at(now, own_ttl=None)) == 3600
+    assert not expired_view(ttl, idle).entries
+    assert len(expired_view(TTL(60.0, strategy="keep_latest"), idle).entries) == 1
+
+    assert sweep_step(ttl, None, now).kind == "gone"
+    assert sweep_step(ttl, fresh, now).kind == "fresh" and sweep_step(ttl, fresh, now).expiry is not None
+    deleted = sweep_step(ttl, idle, now)
+    assert deleted.kind == "deleted" and deleted.expiry == now + 3600, "the record is kept a time-to-live"
+    assert sweep_step(TTL(60.0, strategy="keep_latest"), idle, now).kind == "trimmed"
+    record = _thread_made_at(now - 3 * day, deleted=True)
+    assert sweep_step(ttl, record, now).kind == "record", "kept its time: removed"
+    assert sweep_step(TTL(), record, now).kind == "record kept", "without a default: kept 30 days"
+    assert quiet_until(now + 3600, 3600) == now and quiet_until(None, 3600) < 0

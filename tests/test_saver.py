@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import threading
-from typing import Annotated
+from typing import Annotated, Any
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
@@ -315,3 +316,36 @@ def test_list_with_a_limit_costs_what_it_returns_not_the_threads_length(monkeypa
     examined.clear()
     assert len(list(saver.list(config()))) == 300 and len(examined) == 300
 
+
+
+def test_put_put_writes_and_their_async_twins_take_one_route_where_a_policy_is_one_object() -> None:
+    """A thread policy (`writing.ThreadPolicy`: what the schema and the lifetime are) sees every
+    read, and every put and writes, sync or async, before and after it is written, by adding one
+    object to the saver's policies."""
+    from tests.graphs import multi_step
+
+    seen: list[tuple[str, str, bool]] = []
+    saver = TelarSaver(MemoryStore())
+
+    class Watching:
+        def read_steps(self, thread_id: str, history: Any) -> Any:
+            seen.append(("read", thread_id, False))
+            return history
+            yield  # (a generator)
+
+        def before_write(self, thread_id: str, now: float) -> None:
+            seen.append(("before", thread_id, saver.store.read(thread_id) is not None))
+
+        def after_write(self, thread_id: str, now: float) -> None:
+            seen.append(("after", thread_id, saver.store.read(thread_id) is not None))
+
+    saver._policies = (*saver._policies, Watching())
+    graph = multi_step().compile(checkpointer=saver)
+    graph.invoke({"log": [], "count": 0}, {"configurable": {"thread_id": "sync"}})
+    asyncio.run(graph.ainvoke({"log": [], "count": 0}, {"configurable": {"thread_id": "async"}}))
+    for thread_id in ("sync", "async"):
+        kinds = [kind for kind, t, _ in seen if t == thread_id]
+        writes = kinds.count("before")
+        assert writes == kinds.count("after") and writes >= 8, kinds  # 4 puts and 4 tasks' writes at least
+        assert kinds[0] == "read" and [k for k in kinds if k != "read"] == ["before", "after"] * writes
+        assert [stored for kind, t, stored in seen if t == thread_id and kind == "after"] == [True] * writes
