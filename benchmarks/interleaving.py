@@ -5,7 +5,7 @@
 Each `--with` is one run of `workloads.micro` (a put of a 10-message chat, then a put_writes,
 two reads and a list, every contender in turn, the order rotating every round) in a process of
 its own, on those contenders. It prints the median put of InMemorySaver and of Telar/memory,
-their ratio, and Telar/memory's put split in two: preparing it (`TelarSaver._put`: the values
+their ratio, and Telar/memory's put split in two: preparing it (`changes.put_change`: the values
 encoded, the metadata made plain; no history, no store) and writing it (`Writer.write`). A
 `--with` holding Telar/memory and InMemorySaver alone shows the put as the two savers cost
 it; the other contenders add the cost of running beside them.
@@ -24,6 +24,8 @@ from typing import Any
 
 from benchmarks.contenders import Lab, open_contenders
 from benchmarks.workloads import Settings, micro
+from telar_checkpoint import saver as saver_module
+from telar_checkpoint.changes import put_change
 
 MEASURED = ("InMemorySaver", "Telar/memory")
 
@@ -46,10 +48,11 @@ def once(names: list[str], rounds: int) -> dict[str, Any]:
 
             return timed
 
-        saver._put = timing(saver._put, "prepare")
+        saver_module.put_change = timing(put_change, "prepare")  # (Telar/memory is the one TelarSaver of a run)
         saver._writer.write = timing(saver._writer.write, "write")
         results = micro(opened, Settings(micro_rounds=rounds))
     finally:
+        saver_module.put_change = put_change
         for contender in opened:
             contender.close()
         lab.cleanup()

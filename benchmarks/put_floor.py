@@ -4,7 +4,7 @@
     python -m benchmarks.put_floor --runs 3
 
 `LineFloor.put` does what every put of ours must do and nothing else: the config's thread, the
-metadata made plain (as `TelarSaver._put` does), the changed channels encoded by our encoder,
+metadata made plain (as `changes.put_change` does), the changed channels encoded by our encoder,
 one JSON line, appended to a list under a lock. No history, no rules (no replaced branch, no
 `max_history`, no list stored as what it added), no caches, no index. Each saver runs alone in a
 process of its own, puts one after another on one thread (the micro workload's checkpoints);
@@ -31,8 +31,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from benchmarks.checkpoints import Chain, sample_messages
 from benchmarks.workloads import timed
 from telar_checkpoint import TelarSaver
+from telar_checkpoint.changes import stored_metadata, thread_and_ns
 from telar_checkpoint.format import plain_metadata
-from telar_checkpoint.saver import _metadata, _thread_and_ns
 from telar_checkpoint.serializer._encode import to_jsonable
 from telar_checkpoint.stores.memory import MemoryStore
 
@@ -53,11 +53,11 @@ class LineFloor:
     def put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: dict[str, Any]
     ) -> RunnableConfig:
-        thread_id, ns = _thread_and_ns(config)
+        thread_id, ns = thread_and_ns(config)
         values = checkpoint["channel_values"]
         line = {
             "format": 1, "kind": "checkpoint", "id": checkpoint["id"], "parent": config["configurable"].get("checkpoint_id"),
-            "metadata": plain_metadata(_metadata(config, metadata)),
+            "metadata": plain_metadata(stored_metadata(config, metadata)),
             "checkpoint": {k: checkpoint[k] for k in ("v", "ts", "channel_versions", "versions_seen")},  # type: ignore[literal-required]
             "values": {ch: to_jsonable(values[ch]) for ch in new_versions if ch in values},
         }  # fmt: skip
