@@ -299,7 +299,7 @@ class Lifetime:
         if memo is not None and memo[1] == seconds and memo[0] is not None and memo[0] > now:
             return memo[0]
         store = self.store
-        expiry = yield call(store.expiry, store.aexpiry, thread_id)
+        expiry: float | None = yield call(store.expiry, store.aexpiry, thread_id)
         self.records.set_expiry(thread_id, (expiry, seconds, quiet_until(expiry, seconds)))
         return expiry
 

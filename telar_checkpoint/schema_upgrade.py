@@ -2,7 +2,7 @@
 
 `upgrade(store_or_saver, schema)` (and `aupgrade`, its async twin) rewrites each thread below the
 schema's version, one atomic `TelarSaver.rewrite` each, through the pure core's `upgrade_text`
-(telar_checkpoint/schema.py), optionally writing each thread's text to a backup first; `status`
+(telar_checkpoint/state_schema.py), optionally writing each thread's text to a backup first; `status`
 counts a store's threads by the version they are stored at. A tool above the saver, apart from
 the core the saver itself reads through: what `telar-checkpoint schema` runs (docs/SCHEMA.md).
 """

@@ -12,8 +12,8 @@ and the cyclic garbage collector walks every one of them at each full collection
 stops every thread and the event loop meanwhile. Text it does not walk. So the parsed
 histories are kept for the most recently used threads only, `PARSED_LINES` lines of them in
 all; a thread further back keeps its text, parsed again when next used (no read of the store).
-Measured in benchmarks/results/collector.md; why the text and the version are kept at all in
-`Kept`'s docstring.
+Measured in benchmarks/results/collector-before.md and collector-after.md; why the text and
+the version are kept at all in `Kept`'s docstring.
 """
 
 from __future__ import annotations
@@ -324,7 +324,7 @@ class ThreadRecords:
 
 
 class SaverThreads(Protocol):
-    """What a saver's thread policies (`schema.SchemaThreads`, `lifetime.Lifetime`) ask of it: a
+    """What a saver's thread policies (`state_schema.SchemaThreads`, `lifetime.Lifetime`) ask of it: a
     thread's history as stored, and its one whole-thread write, sync and async, in turn with its
     other writers (`TelarSaver.rewrite`). A protocol, so that they import no saver."""
 

@@ -1,8 +1,8 @@
 """The one write path: a typed change of one thread, appended to its string or rewritten whole.
 
-Every change of a thread but a delete is one of three values: a `rules.Put` (a put), a
-`WritesLine` (one task's pending writes) and a `RewriteThread` (a change of the whole string:
-delete_for_runs, prune, copy, migration, import, trim, repair, upgrade). `Writer.write` (and
+Every change of a thread is one of three values: a `rules.Put` (a put), a `WritesLine` (one
+task's pending writes) and a `RewriteThread` (a change of the whole string: delete_thread,
+delete_for_runs, prune, copy, migration, import, trim, repair, upgrade, an expiry). `Writer.write` (and
 `awrite`) carries each the same way: take the thread's turn, edit, store, flush.
 
 1. The thread's writers in this saver take turns (`Turns`): each starts from the history the
@@ -73,7 +73,7 @@ Change = Put | WritesLine | RewriteThread
 
 
 class ThreadPolicy(Protocol):
-    """What a saver does for its threads beside storing them (`schema.SchemaThreads`,
+    """What a saver does for its threads beside storing them (`state_schema.SchemaThreads`,
     `lifetime.Lifetime`): steps on every read of a thread, before and after every put or writes
     of it, made at `now` by the saver's clock (the saver's one write route,
     `TelarSaver._write_steps`). A hook with nothing to do returns None, so a write with nothing

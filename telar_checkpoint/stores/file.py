@@ -92,7 +92,7 @@ class FileStore(Store):
     """Histories as files under `directory`, one per thread.
 
     A read reads the file: the store keeps no texts (the saver keeps parsed histories by
-    the store's version, `writing.py`, which is the one cache). A file's version is its
+    the store's version, `threads.ThreadRecords`). A file's version is its
     signature (inode, size, modification times): appends grow the size, rewrites rename
     a new inode into place.
     """
