@@ -143,8 +143,9 @@ class ThreadRecords:
             oldest = next(iter(self._parsed))
             old = self._records[oldest].kept
             assert old is not None and old.history is not None
-            text = Kept(old.version, None, old.text, old.suffixes, old.pending, old.history.latest_alone())
-            self._count(oldest, self._records[oldest], text if old.text is not None else None)
+            latest = old.history.latest_alone()
+            lighter = Kept(old.version, None, old.text, old.suffixes, old.pending, latest) if old.text is not None or latest else None
+            self._count(oldest, self._records[oldest], lighter)
         while self._chars > self.chars and len(self._texts) > 1:
             oldest = next(iter(self._texts))
             old = self._records[oldest].kept
