@@ -34,7 +34,6 @@ from telar_checkpoint.codec import (
     check_max_history,
     checkpoint_config,
     entry_filter,
-    listed,
 )
 from telar_checkpoint.errors import ArgumentTypeError, SaverClosedError, SaverContextError, UsageError
 from telar_checkpoint.format import WritesLine
@@ -44,7 +43,7 @@ from telar_checkpoint.rules import Put
 from telar_checkpoint.serde_allowlist import with_msgpack_allowlist
 from telar_checkpoint.serializer import JsonSerializer
 from telar_checkpoint.state_schema import Schema, SchemaThreads
-from telar_checkpoint.steps import Call, Emit, Steps, Stream, arun, astream, call, run, stream
+from telar_checkpoint.steps import Steps, Stream, arun, astream, call, run, stream
 from telar_checkpoint.stores.base import ABSENT, Change, Store
 from telar_checkpoint.stores.opening import open_store
 from telar_checkpoint.thread_index import ThreadIndex
@@ -268,8 +267,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return self._parsed(thread_id, text, version)
 
     def _history_steps(self, thread_id: str, latest: bool = False) -> Steps[History]:
-        """The thread's history as readers see it: as stored, then through each policy."""
-        history = yield from self._stored_steps(thread_id, latest)
+        """The thread's history as readers see it: as stored, then through each policy (with no
+        policy, the stored read itself: no more steps to run)."""
+        stored = self._stored_steps(thread_id, latest)
+        return self._policies_read_steps(thread_id, stored) if self._policies else stored
+
+    def _policies_read_steps(self, thread_id: str, stored: Steps[History]) -> Steps[History]:
+        history = yield from stored
         for policy in self._policies:
             history = yield from policy.read_steps(thread_id, history)
         return history
@@ -286,6 +290,15 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             if (after := policy.after_write(thread_id, now)) is not None:
                 yield from after
 
+    def _write(self, thread_id: str, change: Put | WritesLine) -> None:
+        """`_write_steps`, run (with no policy, the writer's write itself: no steps to run)."""
+        if self._policies:
+            return run(self._write_steps(thread_id, change))
+        self._writer.write(thread_id, change)
+
+    async def _awrite(self, thread_id: str, change: Put | WritesLine) -> None:
+        await (arun(self._write_steps(thread_id, change)) if self._policies else self._writer.awrite(thread_id, change))
+
     def _get(self, config: RunnableConfig, history: History) -> CheckpointTuple | None:
         thread_id, ns = thread_and_ns(config)
         checkpoint_id = get_checkpoint_id(config)
@@ -299,29 +312,13 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def _list_steps(
         self, config: RunnableConfig | None, filter: dict[str, Any] | None, before: RunnableConfig | None, limit: int | None
     ) -> Stream:
-        """`list`, written once: the tuples that match, emitted thread by thread."""
+        """`list`, written once: the tuples that match, emitted thread by thread (`ThreadIndex.list_steps`)."""
         configurable = (config or {}).get("configurable") or {}
         matches = entry_filter(
             configurable.get("checkpoint_ns"), configurable.get("checkpoint_id"), get_checkpoint_id(before) if before else None, filter
         )
-        threads = self._index.threads_steps(filter) if config is None else _emit(thread_and_ns(config)[0])
-        reply = None
-        while True:  # the threads are emitted by `threads`, whose calls are passed on to the driver
-            try:
-                step = threads.send(reply)
-            except StopIteration:
-                return
-            if isinstance(step, Call):
-                reply = yield step
-                continue
-            reply = None
-            if limit is not None and limit <= 0:
-                return
-            thread_id = step.value
-            for entry in listed((yield from self._history_steps(thread_id)), matches, limit):
-                yield Emit(self.codec.checkpoint_tuple(thread_id, entry))
-                if limit is not None:
-                    limit -= 1
+        thread_id = thread_and_ns(config)[0] if config is not None else None
+        return self._index.list_steps(thread_id, filter, matches, limit, self._history_steps)
 
     # --- operations on whole threads, written once for the sync and async methods ---
 
@@ -386,11 +383,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         thread_id, change = put_change(
             self.codec, self.max_history, self._index.indexed is not None, TelarSaver.put, config, checkpoint, metadata, new_versions
         )
-        run(self._write_steps(thread_id, change))
+        self._write(thread_id, change)
         return checkpoint_config(thread_id, change.ns, change.id)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        run(self._write_steps(*writes_change(self.codec, TelarSaver.put_writes, config, writes, task_id, task_path)))
+        self._write(*writes_change(self.codec, TelarSaver.put_writes, config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
@@ -488,11 +485,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         thread_id, change = put_change(
             self.codec, self.max_history, self._index.indexed is not None, TelarSaver.put, config, checkpoint, metadata, new_versions
         )
-        await arun(self._write_steps(thread_id, change))
+        await self._awrite(thread_id, change)
         return checkpoint_config(thread_id, change.ns, change.id)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        await arun(self._write_steps(*writes_change(self.codec, TelarSaver.put_writes, config, writes, task_id, task_path)))
+        await self._awrite(*writes_change(self.codec, TelarSaver.put_writes, config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
         self._check(self.delete_thread, {"thread_id": thread_id})
@@ -541,10 +538,6 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def get_next_version(self, current: Version | None, channel: None = None) -> Version:
         """The next channel version, of the same JSON type as `current` (`changes.next_version`)."""
         return next_version(current, TelarSaver.get_next_version)
-
-
-def _emit(value: Any) -> Stream:
-    yield Emit(value)
 
 
 _SAVER_ATTRIBUTES = frozenset(name for name in dir(BaseCheckpointSaver) if not name.startswith("_"))

@@ -16,14 +16,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
 
-from telar_checkpoint.codec import CheckpointCodec
+from telar_checkpoint.codec import CheckpointCodec, listed
 from telar_checkpoint.errors import TelarError
-from telar_checkpoint.steps import Emit, Steps, Stream, call
+from telar_checkpoint.history import Entry, History
+from telar_checkpoint.steps import Call, Emit, Steps, Stream, call
 from telar_checkpoint.stores.base import Store
 from telar_checkpoint.threads import ThreadRecords
 
@@ -85,8 +86,10 @@ def _term(key: str, value: Any) -> str | None:
 def metadata_terms(metadata: Mapping[str, Any]) -> set[str]:
     """The terms of one checkpoint's metadata: its run id and each plain value."""
     terms = set()
-    for key, value in metadata.items():
-        if (term := metadata_term(key, value)) is not None:
+    for key, value in metadata.items():  # (`metadata_term`, written out: every put asks)
+        if key in UNINDEXED_KEYS:
+            continue
+        if (term := _plain_term(key, value) if type(value) in _PLAIN else _term(key, value)) is not None:
             terms.add(term)
     run_id = metadata.get("run_id")
     if isinstance(run_id, str):
@@ -204,6 +207,31 @@ class ThreadIndex:
                 yield Emit(thread_id)
             after = page[-1]
 
+    def list_steps(
+        self, thread_id: str | None, filter: dict[str, Any] | None, matches: Callable[[Entry], bool], limit: int | None,
+        history_steps: Callable[[str], Steps[History]],
+    ) -> Stream:
+        """`list`: the tuples of the entries that `matches`, newest first, emitted thread by thread,
+        at most `limit`: of the thread `thread_id`, or of every thread that may match `filter`
+        (`threads_steps`), each read by `history_steps` (as its readers see it)."""
+        threads = self.threads_steps(filter) if thread_id is None else _one(thread_id)
+        reply = None
+        while True:  # the threads are emitted by `threads`, whose calls are passed on to the driver
+            try:
+                step = threads.send(reply)
+            except StopIteration:
+                return
+            if isinstance(step, Call):
+                reply = yield step
+                continue
+            reply = None
+            if limit is not None and limit <= 0:
+                return
+            for entry in listed((yield from history_steps(step.value)), matches, limit):
+                yield Emit(self.codec.checkpoint_tuple(step.value, entry))
+                if limit is not None:
+                    limit -= 1
+
     def runs_threads_steps(self, runs: set[str]) -> Steps[list[str]]:
         """The threads that may hold checkpoints of these runs."""
         store = self.store
@@ -215,6 +243,10 @@ class ThreadIndex:
         for run_id in runs:
             threads.update((yield call(indexed.indexed, indexed.aindexed, run_term(run_id))))
         return sorted(threads)
+
+
+def _one(thread_id: str) -> Stream:
+    yield Emit(thread_id)
 
 
 def _intersection_steps(terms: list[str], store: Store) -> Stream:

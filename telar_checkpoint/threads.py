@@ -178,9 +178,9 @@ class ThreadRecords:
         with self._lock:
             record = self._records.get(thread_id)
             kept = record.kept if record is not None else None
-            if kept is None or (kept.history is None and kept.text is None):
+            if record is None or kept is None or (kept.history is None and kept.text is None):
                 return None
-            self._touch(thread_id)
+            self._touch(thread_id, record)
             if kept.history is not None:
                 return kept
             text = self._joined(kept)
@@ -206,9 +206,9 @@ class ThreadRecords:
         with self._lock:
             record = self._records.get(thread_id)
             kept = record.kept if record is not None else None
-            if kept is None or kept.version != version:
+            if record is None or kept is None or kept.version != version:
                 return None
-            self._touch(thread_id)
+            self._touch(thread_id, record)
             if kept.history is not None:
                 return kept.history
             if latest and kept.latest is not None:
@@ -221,11 +221,13 @@ class ThreadRecords:
             return History.parse(thread_id, alone)
         return self.parse(thread_id, text, version)
 
-    def _touch(self, thread_id: str) -> None:
-        """The thread is now the most recently used (under the lock)."""
-        for order in (self._records, self._texts, self._parsed):
-            if thread_id in order:
-                order.move_to_end(thread_id)
+    def _touch(self, thread_id: str, record: ThreadRecord) -> None:
+        """The thread, holding `record`, is now the most recently used (under the lock)."""
+        self._records.move_to_end(thread_id)
+        if record.chars and thread_id in self._texts:
+            self._texts.move_to_end(thread_id)
+        if record.lines:
+            self._parsed.move_to_end(thread_id)
 
     def parse(self, thread_id: str | None, text: str | None, version: Hashable | None = None) -> History:
         """The history of `text` (shared, read-only), kept with `version`: the store's version of
