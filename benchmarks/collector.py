@@ -43,7 +43,7 @@ from benchmarks.agent import human
 from benchmarks.checkpoints import thread_config
 from benchmarks.contenders import Lab, open_contenders
 from benchmarks.load import COLLECTOR
-from benchmarks.run import RESULTS, machine
+from benchmarks.run import RESULTS, machine, write_results
 from benchmarks.workloads import log
 
 SAVERS = ("InMemorySaver", "Telar/memory", "Telar/file")
@@ -248,13 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "medians": medians(runs),
     }
-    stem = f"collector-{args.label}" if args.label else "collector"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
-    table = markdown(results)
-    (args.out / f"{stem}.md").write_text(table)
-    print(table)
-    log(f"wrote {args.out / stem}.md and .json ({results['seconds']:.0f} s)")
+    write_results(args.out, f"collector-{args.label}" if args.label else "collector", results, markdown(results))
     return 0
 
 

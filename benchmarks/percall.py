@@ -30,7 +30,7 @@ from langchain_core.messages import AIMessage
 
 from benchmarks.checkpoints import Chain, sample_messages, thread_config
 from benchmarks.contenders import Lab, open_contenders
-from benchmarks.run import RESULTS, machine
+from benchmarks.run import RESULTS, machine, write_results
 from benchmarks.workloads import log, rotated, timed
 
 SAVERS = ("InMemorySaver", "SqliteSaver", "Telar/memory", "Telar/file")
@@ -160,13 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "medians": medians(runs),
     }
-    stem = f"percall-{args.label}" if args.label else "percall"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
-    table = markdown(results)
-    (args.out / f"{stem}.md").write_text(table)
-    print(table)
-    log(f"wrote {args.out / stem}.md and .json ({results['seconds']:.0f} s)")
+    write_results(args.out, f"percall-{args.label}" if args.label else "percall", results, markdown(results))
     return 0
 
 

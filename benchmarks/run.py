@@ -45,6 +45,15 @@ PACKAGES = (
 )  # fmt: skip
 
 
+def write_results(out: Path, stem: str, results: dict[str, Any], table: str) -> None:
+    """Write a benchmark's `results` (`stem`.json) and its `table` (`stem`.md) to `out`, and print the table."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out / f"{stem}.md").write_text(table)
+    print(table)
+    log(f"wrote {out / stem}.md and .json ({results['seconds']:.0f} s)")
+
+
 def machine(names: list[str], lab: Lab) -> dict[str, Any]:
     packages = {}
     for name in PACKAGES:

@@ -363,34 +363,32 @@ class Lifetime:
 
     def before_write(self, thread_id: str, now: float) -> Steps[None] | None:
         """Before a put or writes at `now`: an expired thread expires first (a run that continues
-        it is then refused, as after a deletion); None when the saver recorded an expiry for it at
-        least a time-to-live from now (the thread is live, and kept that long already)."""
-        memo = self.records.expiry(thread_id)
-        if memo is not None and now <= memo[2]:
-            return None
-        return self._expire_first_steps(thread_id, now)
-
-    def _expire_first_steps(self, thread_id: str, now: float) -> Steps[None]:
-        kept = self.records.latest(thread_id)
-        history = kept.history if kept is not None and kept.history is not None else (
-            yield from self._threads._stored_steps(thread_id)
-        )
-        if (yield from self.is_expired_steps(thread_id, history, now)):
-            yield from self.expire_steps(thread_id, now, SweepReport())
+        it is then refused, as after a deletion); None when the write is `_quiet`."""
+        return None if self._quiet(thread_id, now) else self._expire_first_steps(thread_id, now)
 
     def after_write(self, thread_id: str, now: float) -> Steps[None] | None:
-        """After a put or writes at `now`: the thread's new expiry recorded (None: nothing to record)."""
+        """After a put or writes at `now`: the thread's new expiry recorded; None when the write is `_quiet`."""
+        return None if self._quiet(thread_id, now) else self._record_after_steps(thread_id, now)
+
+    def _quiet(self, thread_id: str, now: float) -> bool:
+        """Whether a write at `now` has nothing to do for the thread's lifetime: the saver recorded
+        an expiry for it at least a time-to-live after `now` (it is live, and kept that long already)."""
         memo = self.records.expiry(thread_id)
-        if memo is not None and now <= memo[2]:
-            return None
-        return self._record_after_steps(thread_id, now)
+        return memo is not None and now <= memo[2]
+
+    def _expire_first_steps(self, thread_id: str, now: float) -> Steps[None]:
+        if (yield from self.is_expired_steps(thread_id, (yield from self._written_steps(thread_id)), now)):
+            yield from self.expire_steps(thread_id, now, SweepReport())
 
     def _record_after_steps(self, thread_id: str, now: float) -> Steps[None]:
+        yield from self.record_steps(thread_id, (yield from self._written_steps(thread_id)), now)
+
+    def _written_steps(self, thread_id: str) -> Steps[History]:
+        """The thread's history as the saver last wrote it, else as stored."""
         kept = self.records.latest(thread_id)
-        history = kept.history if kept is not None and kept.history is not None else (
-            yield from self._threads._stored_steps(thread_id)
-        )
-        yield from self.record_steps(thread_id, history, now)
+        if kept is not None and kept.history is not None:
+            return kept.history
+        return (yield from self._threads._stored_steps(thread_id))
 
     # --- the sweep ---
 

@@ -9,41 +9,7 @@
 """
 
 from telar_checkpoint.schema_upgrade import SchemaStatus, SchemaUpgrade, aupgrade, status, upgrade
-from telar_checkpoint.state_schema import (
-    Schema,
-    SchemaError,
-    SchemaRefusedError,
-    SchemaStepError,
-    SchemaVersionError,
-    drop_channel,
-    load_schema,
-    map_channel,
-    rename_channel,
-    rename_class,
-    rename_node,
-    transform,
-    upgrade_history,
-    upgrade_text,
-)
+from telar_checkpoint.state_schema import *  # noqa: F403  (the core's names, as its __all__ lists them)
+from telar_checkpoint.state_schema import __all__ as _core
 
-__all__ = [
-    "Schema",
-    "SchemaError",
-    "SchemaRefusedError",
-    "SchemaStatus",
-    "SchemaStepError",
-    "SchemaUpgrade",
-    "SchemaVersionError",
-    "aupgrade",
-    "drop_channel",
-    "load_schema",
-    "map_channel",
-    "rename_channel",
-    "rename_class",
-    "rename_node",
-    "status",
-    "transform",
-    "upgrade",
-    "upgrade_history",
-    "upgrade_text",
-]
+__all__ = [*_core, "SchemaStatus", "SchemaUpgrade", "aupgrade", "status", "upgrade"]
