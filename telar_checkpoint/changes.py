@@ -54,10 +54,10 @@ def thread_and_ns(config: RunnableConfig) -> tuple[str, str]:
     raise UsageError(_NO_THREAD_ID)
 
 
-def latest_read(config: RunnableConfig) -> tuple[str, bool]:
-    """The thread a `get_tuple` reads, and whether it reads the thread's latest checkpoint."""
+def read_target(config: RunnableConfig) -> tuple[str, str, str | None]:
+    """What a `get_tuple` reads: the thread, the namespace and the checkpoint id (None: the latest)."""
     thread_id, ns = thread_and_ns(config)
-    return thread_id, not ns and not get_checkpoint_id(config)
+    return thread_id, ns, get_checkpoint_id(config)
 
 
 def stored_metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:

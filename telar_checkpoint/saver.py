@@ -28,7 +28,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from telar_checkpoint._arguments import check
-from telar_checkpoint.changes import latest_read, next_version, put_change, thread_and_ns, writes_change
+from telar_checkpoint.changes import next_version, put_change, read_target, thread_and_ns, writes_change
 from telar_checkpoint.codec import (
     CheckpointCodec,
     check_max_history,
@@ -299,9 +299,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     async def _awrite(self, thread_id: str, change: Put | WritesLine) -> None:
         await (arun(self._write_steps(thread_id, change)) if self._policies else self._writer.awrite(thread_id, change))
 
-    def _get(self, config: RunnableConfig, history: History) -> CheckpointTuple | None:
-        thread_id, ns = thread_and_ns(config)
-        checkpoint_id = get_checkpoint_id(config)
+    def _get(self, config: RunnableConfig, target: tuple[str, str, str | None], history: History) -> CheckpointTuple | None:
+        thread_id, ns, checkpoint_id = target
         entry = self.codec.find(thread_id, history, ns, checkpoint_id)
         return self.codec.checkpoint_tuple(thread_id, entry, config if checkpoint_id else None) if entry else None
 
@@ -368,7 +367,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     # --- sync API -------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._get(config, run(self._history_steps(*latest_read(config))))
+        target = read_target(config)
+        return self._get(config, target, run(self._history_steps(target[0], not target[1] and not target[2])))
 
     def list(
         self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
@@ -466,10 +466,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     # --- async API: the same steps, on the store's async methods ---------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        history = await arun(self._history_steps(*latest_read(config)))
+        target = read_target(config)
+        history = await arun(self._history_steps(target[0], not target[1] and not target[2]))
         if history.size > OFF_LOOP_CHARS:  # decoding a large state would hold up the event loop
-            return await asyncio.to_thread(self._get, config, history)
-        return self._get(config, history)
+            return await asyncio.to_thread(self._get, config, target, history)
+        return self._get(config, target, history)
 
     async def alist(
         self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
