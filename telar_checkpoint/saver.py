@@ -173,10 +173,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return _SaverContext(cls, os.fspath(url), options)
 
     def setup(self) -> None:
-        """Create now what the store would create on first use (tables, indexes, the directory:
-        `Store.setup`), so that a deployment fails at its start rather than at its first write.
-        Optional, as the saver sets its store up on first use anyway; idempotent. (LangGraph's
-        PostgresSaver and SqliteSaver need their `setup()`; this one is for programs written for them.)"""
+        """Create now what the store would create on first use (`Store.setup`: tables, indexes, the
+        directory), so that a deployment fails at its start; optional and idempotent."""
         self._check(self.setup, {})
         self.store.setup()
 
@@ -278,26 +276,33 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             history = yield from policy.read_steps(thread_id, history)
         return history
 
-    def _write_steps(self, thread_id: str, change: Put | WritesLine) -> Steps[None]:
-        """The one route of a put or writes: each policy's steps before, the write, then each
-        policy's steps after (none when a policy has nothing to do), at one time by the clock."""
-        now = self.clock() if self._policies else 0.0
-        for policy in self._policies:
-            if (before := policy.before_write(thread_id, now)) is not None:
-                yield from before
-        yield call(self._writer.write, self._writer.awrite, thread_id, change)
-        for policy in self._policies:
-            if (after := policy.after_write(thread_id, now)) is not None:
-                yield from after
-
     def _write(self, thread_id: str, change: Put | WritesLine) -> None:
-        """`_write_steps`, run (with no policy, the writer's write itself: no steps to run)."""
-        if self._policies:
-            return run(self._write_steps(thread_id, change))
+        """The one route of a put or writes, at one time by the clock: each policy's steps before the
+        write (`_write_steps`, when one has any), the write, each policy's steps after."""
+        now = self.clock() if self._policies else 0.0
+        if before := [s for p in self._policies if (s := p.before_write(thread_id, now)) is not None]:
+            return run(self._write_steps(thread_id, change, before, now))
         self._writer.write(thread_id, change)
+        for after in self._after_write(thread_id, now):
+            run(after)
 
     async def _awrite(self, thread_id: str, change: Put | WritesLine) -> None:
-        await (arun(self._write_steps(thread_id, change)) if self._policies else self._writer.awrite(thread_id, change))
+        now = self.clock() if self._policies else 0.0
+        if before := [s for p in self._policies if (s := p.before_write(thread_id, now)) is not None]:
+            return await arun(self._write_steps(thread_id, change, before, now))
+        await self._writer.awrite(thread_id, change)
+        for after in self._after_write(thread_id, now):
+            await arun(after)
+
+    def _write_steps(self, thread_id: str, change: Put | WritesLine, before: list[Steps[None]], now: float) -> Steps[None]:
+        for steps in before:
+            yield from steps
+        yield call(self._writer.write, self._writer.awrite, thread_id, change)
+        for steps in self._after_write(thread_id, now):
+            yield from steps
+
+    def _after_write(self, thread_id: str, now: float) -> list[Steps[None]]:
+        return [s for p in self._policies if (s := p.after_write(thread_id, now)) is not None]
 
     def _get(self, config: RunnableConfig, target: tuple[str, str, str | None], history: History) -> CheckpointTuple | None:
         thread_id, ns, checkpoint_id = target
@@ -430,15 +435,11 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         run(self._lifetime_for("set_thread_ttl").thread_ttl_steps(str(thread_id), minutes))
 
     def rewrite(self, thread_id: str, change: Change, *, text: str | None = None) -> str | None:
-        """Change the thread's whole stored history, `change(old) -> new` (None: no thread),
-        the one way every change but a put or its writes is written (delete_for_runs, prune,
-        copy, migration, trim, repair, upgrade): in turn with the saver's other writers, after the
-        writes waiting to be carried, atomically in the store; the new history. An error of
-        `change` is raised here, and the writes carried with it are stored all the same.
-        `text`: the history the change writes, when known before (a copy, a migration): its
-        index terms are recorded before it is written, and its clock starts now. A change that
-        only removes checkpoints needs none (an index may name a thread that no longer holds a
-        term, never the reverse)."""
+        """Change the thread's whole stored history, `change(old) -> new` (None: no thread), in turn
+        with the saver's other writers, atomically in the store; the new history. Every change but
+        a put or its writes is written so (delete, prune, copy, migration, trim, repair, upgrade).
+        `text`: the history the change writes, when known before (a copy, a migration): its index
+        terms are recorded first, and its clock starts now (a change that only removes needs none)."""
         self._check(self.rewrite, {"thread_id": thread_id, "change": change, "text": text})
         return run(self._rewrite_steps(thread_id, change, text))
 

@@ -76,7 +76,7 @@ class ThreadPolicy(Protocol):
     """What a saver does for its threads beside storing them (`state_schema.SchemaThreads`,
     `lifetime.Lifetime`): steps on every read of a thread, before and after every put or writes
     of it, made at `now` by the saver's clock (the saver's one write route,
-    `TelarSaver._write_steps`). A hook with nothing to do returns None, so a write with nothing
+    `TelarSaver._write`). A hook with nothing to do returns None, so a write with nothing
     to do for any policy runs none of their steps."""
 
     def read_steps(self, thread_id: str, history: History) -> Steps[History]: ...
