@@ -173,8 +173,8 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return _SaverContext(cls, os.fspath(url), options)
 
     def setup(self) -> None:
-        """Create now what the store would create on first use (`Store.setup`: tables, indexes, the
-        directory), so that a deployment fails at its start; optional and idempotent."""
+        """Create now what the store would make on first use (`Store.setup`), so that a deployment
+        fails at its start; optional, idempotent."""
         self._check(self.setup, {})
         self.store.setup()
 
@@ -279,7 +279,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
     def _write(self, thread_id: str, change: Put | WritesLine) -> None:
         """The one route of a put or writes, at one time by the clock: each policy's steps before the
         write (`_write_steps`, when one has any), the write, each policy's steps after."""
-        now = self.clock() if self._policies else 0.0
+        if not self._policies:
+            return self._writer.write(thread_id, change)
+        now = self.clock()
         if before := [s for p in self._policies if (s := p.before_write(thread_id, now)) is not None]:
             return run(self._write_steps(thread_id, change, before, now))
         self._writer.write(thread_id, change)
@@ -287,7 +289,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             run(after)
 
     async def _awrite(self, thread_id: str, change: Put | WritesLine) -> None:
-        now = self.clock() if self._policies else 0.0
+        if not self._policies:
+            return await self._writer.awrite(thread_id, change)
+        now = self.clock()
         if before := [s for p in self._policies if (s := p.before_write(thread_id, now)) is not None]:
             return await arun(self._write_steps(thread_id, change, before, now))
         await self._writer.awrite(thread_id, change)
@@ -411,13 +415,10 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         run(self._prune_steps(thread_ids, strategy))
 
     def sweep(self, *, limit: int | None = None, dry_run: bool = False) -> SweepReport:
-        """Reclaim the space of expired threads: delete each (to the record that keeps it
-        deleted) or, with "keep_latest", trim it to its latest checkpoint; remove the records of
-        threads deleted a time-to-live ago. At most `limit` threads (None: the ttl's
-        `sweep_limit`, else all that expired); `dry_run`: report what would be done, change
-        nothing. One sweep of a store runs at a time, across processes: another finds it
-        `skipped`. Its cost is in the threads that expired, not in those stored (the store's
-        expiry index)."""
+        """Reclaim the space of expired threads (deleted to their record, or trimmed to their latest
+        checkpoint with "keep_latest") and of deletion records kept a time-to-live; at most `limit`
+        threads (None: the ttl's `sweep_limit`, else all); `dry_run`: change nothing. One sweep of
+        a store runs at a time, across processes (another is `skipped`) (`Lifetime.sweep_steps`)."""
         self._check(self.sweep, {"limit": limit, "dry_run": dry_run})
         return run(self._lifetime_for("sweep").sweep_steps(limit, dry_run))
 
