@@ -36,9 +36,10 @@ KEPT_THREADS = 4096  # threads a saver keeps a record of, the most recently used
 # concurrent runs each find their thread kept (at 256 concurrent runs, 64 threads kept halved the
 # throughput: each put read and parsed its whole thread again; benchmarks/results/load.md).
 KEPT_CHARS = 32 * 1024 * 1024
-# Lines of parsed histories kept in all (about 15 objects the collector walks a line): beyond,
-# the least recently used threads keep their text only.
-PARSED_LINES = 8192
+# Lines of parsed histories kept in all (about 11 objects the collector walks a line): beyond,
+# the least recently used threads keep their text only. With 2,000 threads of a 5-turn chat kept,
+# 8,192 lines made a full collection 2.1-2.7x InMemorySaver's (benchmarks/results/collector-after.md).
+PARSED_LINES = 2048
 
 ExpiryMemo = tuple[float | None, float | None, float]
 """What a saver knows of a thread's expiry in the store: (the expiry, the time-to-live in
