@@ -132,7 +132,7 @@ class ThreadIndex:
 
     def new_terms(self, thread_id: str, terms: set[str]) -> set[str]:
         """The terms of a put that this saver has not recorded for the thread yet."""
-        return terms - self.records.terms(thread_id)
+        return terms.difference(self.records.terms(thread_id))
 
     def recorded(self, thread_id: str, terms: set[str]) -> None:
         """Remember that `terms` are recorded for the thread."""

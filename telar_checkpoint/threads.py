@@ -10,8 +10,8 @@ or rewritten whole is forgotten in one call (`forget`).
 A parsed history is hundreds of objects a thread (the dicts and lists of its decoded lines),
 and the cyclic garbage collector walks every one of them at each full collection, which
 stops every thread and the event loop meanwhile. Text it does not walk. So the parsed
-histories are kept for the most recently used threads only, `PARSED_LINES` lines of them in
-all; a thread further back keeps its text, parsed again when next used (no read of the store).
+histories are kept for the most recently used threads only (`PARSED_THREADS`, `PARSED_LINES`);
+a thread further back keeps its text, parsed again when next used (no read of the store).
 Measured in benchmarks/results/collector-before.md and collector-after.md; why the text and
 the version are kept at all in `Kept`'s docstring.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from telar_checkpoint.history import History
@@ -36,10 +36,13 @@ KEPT_THREADS = 4096  # threads a saver keeps a record of, the most recently used
 # concurrent runs each find their thread kept (at 256 concurrent runs, 64 threads kept halved the
 # throughput: each put read and parsed its whole thread again; benchmarks/results/load.md).
 KEPT_CHARS = 32 * 1024 * 1024
-# Lines of parsed histories kept in all (about 11 objects the collector walks a line): beyond,
-# the least recently used threads keep their text only. With 2,000 threads of a 5-turn chat kept,
-# 8,192 lines made a full collection 2.1-2.7x InMemorySaver's (benchmarks/results/collector-after.md).
-PARSED_LINES = 2048
+# Parsed histories are kept for the `PARSED_THREADS` threads used last, and `PARSED_LINES` lines
+# of them at most (about 11 objects the collector walks a line); beyond, the least recently used
+# keep their text only. A bound in lines alone cannot serve both: with 2,000 threads of a 5-turn
+# chat kept, 8,192 lines made a full collection 2.1-2.7x InMemorySaver's (collector-after.md),
+# while a thread of 5,000 checkpoints must stay parsed beside others (benchmarks.run, scaling).
+PARSED_THREADS = 64
+PARSED_LINES = 32 * 1024
 
 ExpiryMemo = tuple[float | None, float | None, float]
 """What a saver knows of a thread's expiry in the store: (the expiry, the time-to-live in
@@ -60,7 +63,7 @@ class Kept:
     version: Hashable | None
     history: History | None
     text: str | None
-    suffixes: list[str] = field(default_factory=list)
+    suffixes: list[str] | None = None  # (None until something is appended: a list is an object the collector walks)
     pending: int = 0  # characters in `suffixes`
     latest: str | None = None  # once not parsed: `History.latest_alone` of the history, when there is one
 
@@ -70,7 +73,7 @@ class ThreadRecord:
     """What a saver knows of one thread (see the module's docstring)."""
 
     kept: Kept | None = None
-    terms: frozenset[str] = frozenset()  # index terms the saver recorded for the thread
+    terms: tuple[str, ...] = ()  # index terms the saver recorded for the thread (a tuple: the collector stops walking it)
     expiry: ExpiryMemo | None = None
     schema_current: bool = False  # stored at the schema's version (its writes need no upgrade first)
     upgraded: tuple[History, History] | None = None  # (a history read, as the schema reads it)
@@ -84,12 +87,14 @@ class ThreadRecords:
     A thread's string is kept in one of three forms, each lighter than the one before: parsed
     (its `History`, and its text), its text alone, or its latest checkpoint alone
     (`History.latest_alone`, which a `get_tuple` of the latest checkpoint reads). Beyond
-    `parsed_lines`, the least recently used parsed threads keep their text; beyond `chars`, the
-    least recently used texts give way to their latest checkpoint alone; beyond `threads`, the
-    least recently used records go."""
+    `parsed_threads` threads or `parsed_lines` lines, the least recently used parsed threads keep
+    their text; beyond `chars`, the least recently used texts give way to their latest
+    checkpoint alone; beyond `threads`, the least recently used records go."""
 
-    def __init__(self, threads: int = KEPT_THREADS, chars: int = KEPT_CHARS, parsed_lines: int = PARSED_LINES) -> None:
-        self.threads, self.chars, self.parsed_lines = threads, chars, parsed_lines
+    def __init__(
+        self, threads: int = KEPT_THREADS, chars: int = KEPT_CHARS, parsed_lines: int = PARSED_LINES, parsed_threads: int = PARSED_THREADS
+    ) -> None:
+        self.threads, self.chars, self.parsed_lines, self.parsed_threads = threads, chars, parsed_lines, parsed_threads
         # Least recently used first: every record, those whose kept string holds its text, and
         # those that hold its history.
         self._records: OrderedDict[str, ThreadRecord] = OrderedDict()
@@ -140,12 +145,12 @@ class ThreadRecords:
         if self.threads <= 0:
             return
         self._count(thread_id, self._record(thread_id), kept)
-        while self._lines > self.parsed_lines and len(self._parsed) > 1:
+        while (self._lines > self.parsed_lines or len(self._parsed) > self.parsed_threads) and len(self._parsed) > 1:
             oldest = next(iter(self._parsed))
             old = self._records[oldest].kept
             assert old is not None and old.history is not None
-            latest = old.history.latest_alone()
-            lighter = Kept(old.version, None, old.text, old.suffixes, old.pending, latest) if old.text is not None or latest else None
+            latest, text = old.history.latest_alone(), self._joined(old)
+            lighter = Kept(old.version, None, text, latest=latest) if text is not None or latest else None
             self._count(oldest, self._records[oldest], lighter)
         while self._chars > self.chars and len(self._texts) > 1:
             oldest = next(iter(self._texts))
@@ -259,7 +264,7 @@ class ThreadRecords:
     def _joined(self, kept: Kept) -> str | None:
         """The whole text `kept` stands for (None: not known), its suffixes joined (under the lock)."""
         if kept.text is not None and kept.suffixes:
-            kept.text, kept.suffixes, kept.pending = kept.text + "".join(kept.suffixes), [], 0
+            kept.text, kept.suffixes, kept.pending = kept.text + "".join(kept.suffixes), None, 0
         return kept.text
 
     def keep(self, thread_id: str, version: Hashable | None, history: History, text: str | None) -> None:
@@ -276,27 +281,29 @@ class ThreadRecords:
                 text = None  # more appended than was read: the text is read again when needed (memory stays O(text))
             new = Kept(version, history, text)
             if text is not None:
+                if kept.suffixes is None:
+                    kept.suffixes = []
                 kept.suffixes.append(suffix)  # (the old one is no longer read for its text: the list moves on)
                 new.suffixes, new.pending = kept.suffixes, pending
             self._set_kept(thread_id, new)
 
     # --- what else the saver knows of the thread -----------------------------------------
 
-    def terms(self, thread_id: str) -> frozenset[str]:
+    def terms(self, thread_id: str) -> tuple[str, ...]:
         """The index terms the saver recorded for the thread (as far as it remembers)."""
         record = self._records.get(thread_id)
-        return record.terms if record is not None else frozenset()
+        return record.terms if record is not None else ()
 
     def add_terms(self, thread_id: str, terms: set[str] | frozenset[str]) -> None:
         with self._lock:
             record = self._record(thread_id)
-            record.terms = record.terms | terms
+            record.terms = tuple({*record.terms, *terms})
 
     def clear_terms(self, thread_id: str | None = None) -> None:
         """Forget the terms recorded for the thread (None: for every thread)."""
         with self._lock:
             for record in self._records.values() if thread_id is None else filter(None, [self._records.get(thread_id)]):
-                record.terms = frozenset()
+                record.terms = ()
 
     def expiry(self, thread_id: str) -> ExpiryMemo | None:
         record = self._records.get(thread_id)

@@ -169,9 +169,9 @@ def test_the_records_keep_parsed_histories_for_the_threads_used_last_and_text_fo
     parsed = [t for t in (f"t{i}" for i in range(4)) if records._records[t].kept.history is not None]  # type: ignore[union-attr]
     assert parsed == ["t2", "t3"]
     assert records.get("t0", 0) is not None and records._records["t0"].kept.history is not None  # type: ignore[union-attr]
-    assert records.terms("t1") == {"run:1"} and records._records["t1"].kept.text == line  # type: ignore[union-attr]
+    assert records.terms("t1") == ("run:1",) and records._records["t1"].kept.text == line  # type: ignore[union-attr]
     records.forget("t1")
-    assert records.terms("t1") == frozenset() and records.latest("t1") is None
+    assert records.terms("t1") == () and records.latest("t1") is None
 
 
 def _one_line() -> str:
