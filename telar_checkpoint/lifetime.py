@@ -363,18 +363,15 @@ class Lifetime:
 
     def before_write(self, thread_id: str, now: float) -> Steps[None] | None:
         """Before a put or writes at `now`: an expired thread expires first (a run that continues
-        it is then refused, as after a deletion); None when the write is `_quiet`."""
-        return None if self._quiet(thread_id, now) else self._expire_first_steps(thread_id, now)
+        it is then refused, as after a deletion); None when the write is quiet: the saver recorded
+        an expiry for the thread at least a time-to-live after `now` (it is live, and kept so long)."""
+        memo = self.records.expiry(thread_id)
+        return None if memo is not None and now <= memo[2] else self._expire_first_steps(thread_id, now)
 
     def after_write(self, thread_id: str, now: float) -> Steps[None] | None:
-        """After a put or writes at `now`: the thread's new expiry recorded; None when the write is `_quiet`."""
-        return None if self._quiet(thread_id, now) else self._record_after_steps(thread_id, now)
-
-    def _quiet(self, thread_id: str, now: float) -> bool:
-        """Whether a write at `now` has nothing to do for the thread's lifetime: the saver recorded
-        an expiry for it at least a time-to-live after `now` (it is live, and kept that long already)."""
+        """After a put or writes at `now`: the thread's new expiry recorded; None when the write is quiet."""
         memo = self.records.expiry(thread_id)
-        return memo is not None and now <= memo[2]
+        return None if memo is not None and now <= memo[2] else self._record_after_steps(thread_id, now)
 
     def _expire_first_steps(self, thread_id: str, now: float) -> Steps[None]:
         if (yield from self.is_expired_steps(thread_id, (yield from self._written_steps(thread_id)), now)):

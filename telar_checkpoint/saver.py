@@ -285,8 +285,9 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         if before := [s for p in self._policies if (s := p.before_write(thread_id, now)) is not None]:
             return run(self._write_steps(thread_id, change, before, now))
         self._writer.write(thread_id, change)
-        for after in self._after_write(thread_id, now):
-            run(after)
+        for policy in self._policies:
+            if (after := policy.after_write(thread_id, now)) is not None:
+                run(after)
 
     async def _awrite(self, thread_id: str, change: Put | WritesLine) -> None:
         if not self._policies:
@@ -295,18 +296,17 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         if before := [s for p in self._policies if (s := p.before_write(thread_id, now)) is not None]:
             return await arun(self._write_steps(thread_id, change, before, now))
         await self._writer.awrite(thread_id, change)
-        for after in self._after_write(thread_id, now):
-            await arun(after)
+        for policy in self._policies:
+            if (after := policy.after_write(thread_id, now)) is not None:
+                await arun(after)
 
     def _write_steps(self, thread_id: str, change: Put | WritesLine, before: list[Steps[None]], now: float) -> Steps[None]:
         for steps in before:
             yield from steps
         yield call(self._writer.write, self._writer.awrite, thread_id, change)
-        for steps in self._after_write(thread_id, now):
-            yield from steps
-
-    def _after_write(self, thread_id: str, now: float) -> list[Steps[None]]:
-        return [s for p in self._policies if (s := p.after_write(thread_id, now)) is not None]
+        for policy in self._policies:
+            if (after := policy.after_write(thread_id, now)) is not None:
+                yield from after
 
     def _get(self, config: RunnableConfig, target: tuple[str, str, str | None], history: History) -> CheckpointTuple | None:
         thread_id, ns, checkpoint_id = target
