@@ -39,7 +39,7 @@ KEPT_CHARS = 32 * 1024 * 1024
 # Parsed histories are kept for the `PARSED_THREADS` threads used last, and `PARSED_LINES` lines
 # of them at most (about 11 objects the collector walks a line); beyond, the least recently used
 # keep their text only. A bound in lines alone cannot serve both: with 2,000 threads of a 5-turn
-# chat kept, 8,192 lines made a full collection 2.1-2.7x InMemorySaver's (collector-after.md),
+# chat kept, 8,192 lines made a full collection 2.1-2.7x InMemorySaver's (collector-after-8192-lines.md),
 # while a thread of 5,000 checkpoints must stay parsed beside others (benchmarks.run, scaling).
 PARSED_THREADS = 64
 PARSED_LINES = 32 * 1024
