@@ -277,34 +277,30 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
         return history
 
     def _write(self, thread_id: str, change: Put | WritesLine) -> None:
-        """The one route of a put or writes, at one time by the clock: each policy's steps before the
-        write (`_write_steps`, when one has any), the write, each policy's steps after."""
+        """The one route of a put or writes, at one time by the clock: the steps each policy has
+        before the write, the write, then the steps after it of those policies (`_write_steps`)."""
         if not self._policies:
             return self._writer.write(thread_id, change)
         now = self.clock()
-        if before := [s for p in self._policies if (s := p.before_write(thread_id, now)) is not None]:
+        if before := [(p, s) for p in self._policies if (s := p.before_write(thread_id, now)) is not None]:
             return run(self._write_steps(thread_id, change, before, now))
         self._writer.write(thread_id, change)
-        for policy in self._policies:
-            if (after := policy.after_write(thread_id, now)) is not None:
-                run(after)
 
     async def _awrite(self, thread_id: str, change: Put | WritesLine) -> None:
         if not self._policies:
             return await self._writer.awrite(thread_id, change)
         now = self.clock()
-        if before := [s for p in self._policies if (s := p.before_write(thread_id, now)) is not None]:
+        if before := [(p, s) for p in self._policies if (s := p.before_write(thread_id, now)) is not None]:
             return await arun(self._write_steps(thread_id, change, before, now))
         await self._writer.awrite(thread_id, change)
-        for policy in self._policies:
-            if (after := policy.after_write(thread_id, now)) is not None:
-                await arun(after)
 
-    def _write_steps(self, thread_id: str, change: Put | WritesLine, before: list[Steps[None]], now: float) -> Steps[None]:
-        for steps in before:
+    def _write_steps(
+        self, thread_id: str, change: Put | WritesLine, before: list[tuple[ThreadPolicy, Steps[None]]], now: float
+    ) -> Steps[None]:
+        for _policy, steps in before:
             yield from steps
         yield call(self._writer.write, self._writer.awrite, thread_id, change)
-        for policy in self._policies:
+        for policy, _steps in before:
             if (after := policy.after_write(thread_id, now)) is not None:
                 yield from after
 

@@ -77,7 +77,8 @@ class ThreadPolicy(Protocol):
     `lifetime.Lifetime`): steps on every read of a thread, before and after every put or writes
     of it, made at `now` by the saver's clock (the saver's one write route,
     `TelarSaver._write`). A hook with nothing to do returns None, so a write with nothing
-    to do for any policy runs none of their steps."""
+    to do for any policy runs none of their steps; `after_write` is asked only of a policy
+    that had steps before the write (one with nothing to do before has nothing after)."""
 
     def read_steps(self, thread_id: str, history: History) -> Steps[History]: ...
 

@@ -333,8 +333,9 @@ def test_put_put_writes_and_their_async_twins_take_one_route_where_a_policy_is_o
             return history
             yield  # (a generator)
 
-        def before_write(self, thread_id: str, now: float) -> None:
+        def before_write(self, thread_id: str, now: float) -> Any:
             seen.append(("before", thread_id, saver.store.read(thread_id) is not None))
+            return iter(())  # steps, none to run: so its after_write is asked
 
         def after_write(self, thread_id: str, now: float) -> None:
             seen.append(("after", thread_id, saver.store.read(thread_id) is not None))
