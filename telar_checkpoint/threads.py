@@ -10,8 +10,8 @@ or rewritten whole is forgotten in one call (`forget`).
 A parsed history is hundreds of objects a thread (the dicts and lists of its decoded lines),
 and the cyclic garbage collector walks every one of them at each full collection, which
 stops every thread and the event loop meanwhile. Text it does not walk. So the parsed
-histories are kept for the most recently used threads only (`PARSED_THREADS`, `PARSED_LINES`);
-a thread further back keeps its text, parsed again when next used (no read of the store).
+histories are kept for the threads in use only (`PARSED_SECONDS`, `PARSED_LINES`); a thread
+idle longer keeps its text, parsed again when next used (no read of the store).
 Measured in benchmarks/results/collector-before.md and collector-after.md; why the text and
 the version are kept at all in `Kept`'s docstring.
 """
@@ -19,8 +19,9 @@ the version are kept at all in `Kept`'s docstring.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,13 +37,15 @@ KEPT_THREADS = 4096  # threads a saver keeps a record of, the most recently used
 # concurrent runs each find their thread kept (at 256 concurrent runs, 64 threads kept halved the
 # throughput: each put read and parsed its whole thread again; benchmarks/results/load.md).
 KEPT_CHARS = 32 * 1024 * 1024
-# Parsed histories are kept for the `PARSED_THREADS` threads used last, and `PARSED_LINES` lines
-# of them at most (about 11 objects the collector walks a line); beyond, the least recently used
-# keep their text only. A bound in lines alone cannot serve both: with 2,000 threads of a 5-turn
-# chat kept, 8,192 lines made a full collection 2.1-2.7x InMemorySaver's (collector-after-8192-lines.md),
-# while a thread of 5,000 checkpoints must stay parsed beside others (benchmarks.run, scaling).
-PARSED_THREADS = 64
-PARSED_LINES = 32 * 1024
+# Parsed histories are kept for the threads in use: those used in the last `PARSED_SECONDS`
+# (a run writes its thread every few hundred ms, under load too), within `PARSED_LINES` lines in
+# all (about 11 objects the collector walks a line); a thread idle longer keeps its text only.
+# A bound in count alone cannot serve both a server's runs and its idle threads: 8,192 lines made
+# a full collection 2.1-2.7x InMemorySaver's with 2,000 threads of a 5-turn chat kept
+# (collector-after-8192-lines.md), and 64 threads made 256 concurrent runs 0.26x as fast as
+# InMemorySaver (each write parsed its thread again; 0.80x when all were kept).
+PARSED_SECONDS = 1.0
+PARSED_LINES = 64 * 1024
 
 ExpiryMemo = tuple[float | None, float | None, float]
 """What a saver knows of a thread's expiry in the store: (the expiry, the time-to-live in
@@ -87,19 +90,21 @@ class ThreadRecords:
     A thread's string is kept in one of three forms, each lighter than the one before: parsed
     (its `History`, and its text), its text alone, or its latest checkpoint alone
     (`History.latest_alone`, which a `get_tuple` of the latest checkpoint reads). Beyond
-    `parsed_threads` threads or `parsed_lines` lines, the least recently used parsed threads keep
-    their text; beyond `chars`, the least recently used texts give way to their latest
+    `parsed_seconds` idle (by `clock`) or `parsed_lines` lines in all, the least recently used
+    parsed threads keep their text; beyond `chars`, the least recently used texts give way to their latest
     checkpoint alone; beyond `threads`, the least recently used records go."""
 
     def __init__(
-        self, threads: int = KEPT_THREADS, chars: int = KEPT_CHARS, parsed_lines: int = PARSED_LINES, parsed_threads: int = PARSED_THREADS
+        self, threads: int = KEPT_THREADS, chars: int = KEPT_CHARS, parsed_lines: int = PARSED_LINES,
+        parsed_seconds: float = PARSED_SECONDS, clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.threads, self.chars, self.parsed_lines, self.parsed_threads = threads, chars, parsed_lines, parsed_threads
+        self.threads, self.chars, self.parsed_lines, self.parsed_seconds = threads, chars, parsed_lines, parsed_seconds
+        self.clock = clock
         # Least recently used first: every record, those whose kept string holds its text, and
-        # those that hold its history.
+        # those that hold its history (with when each was last used, by `clock`).
         self._records: OrderedDict[str, ThreadRecord] = OrderedDict()
         self._texts: OrderedDict[str, None] = OrderedDict()
-        self._parsed: OrderedDict[str, None] = OrderedDict()
+        self._parsed: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
         self._chars = self._lines = 0
 
@@ -132,12 +137,16 @@ class ThreadRecords:
         self._chars += chars - record.chars
         self._lines += lines - record.lines
         record.chars, record.lines = chars, lines
-        for order, holds in ((self._texts, kept is not None and kept.text is not None), (self._parsed, lines > 0)):
-            if holds:
-                order[thread_id] = None
-                order.move_to_end(thread_id)
-            else:
-                order.pop(thread_id, None)
+        if kept is not None and kept.text is not None:
+            self._texts[thread_id] = None
+            self._texts.move_to_end(thread_id)
+        else:
+            self._texts.pop(thread_id, None)
+        if lines:
+            self._parsed[thread_id] = self.clock()
+            self._parsed.move_to_end(thread_id)
+        else:
+            self._parsed.pop(thread_id, None)
 
     def _set_kept(self, thread_id: str, kept: Kept | None) -> None:
         """Make `kept` the thread's, the most recently used, then bring the table within its
@@ -145,7 +154,8 @@ class ThreadRecords:
         if self.threads <= 0:
             return
         self._count(thread_id, self._record(thread_id), kept)
-        while (self._lines > self.parsed_lines or len(self._parsed) > self.parsed_threads) and len(self._parsed) > 1:
+        idle = self.clock() - self.parsed_seconds
+        while len(self._parsed) > 1 and (self._lines > self.parsed_lines or next(iter(self._parsed.values())) < idle):
             oldest = next(iter(self._parsed))
             old = self._records[oldest].kept
             assert old is not None and old.history is not None
@@ -233,6 +243,7 @@ class ThreadRecords:
         if record.chars and thread_id in self._texts:
             self._texts.move_to_end(thread_id)
         if record.lines:
+            self._parsed[thread_id] = self.clock()
             self._parsed.move_to_end(thread_id)
 
     def parse(self, thread_id: str | None, text: str | None, version: Hashable | None = None) -> History:

@@ -174,6 +174,26 @@ def test_the_records_keep_parsed_histories_for_the_threads_used_last_and_text_fo
     assert records.terms("t1") == () and records.latest("t1") is None
 
 
+def test_a_thread_idle_for_a_second_keeps_its_text_only() -> None:
+    """Parsed histories are kept for the threads in use: one not used for `parsed_seconds` gives
+    way to its text (and its latest checkpoint alone) as soon as another is kept."""
+    from telar_checkpoint.threads import ThreadRecords
+
+    now = [0.0]
+    records = ThreadRecords(clock=lambda: now[0])
+    line = _one_line()
+    for i in range(3):
+        records.parse(f"t{i}", line, i)
+    now[0] += 0.5
+    assert records.get("t1", 1) is not None  # used: its clock starts again
+    now[0] += 0.7
+    records.parse("t3", line, 3)
+    parsed = {t for t, r in records._records.items() if r.kept is not None and r.kept.history is not None}
+    assert parsed == {"t1", "t3"}
+    assert records._records["t0"].kept.text == line and records._records["t0"].kept.latest  # type: ignore[union-attr]
+    assert records.latest("t0") is not None, "parsed again from its text when next written"
+
+
 def _one_line() -> str:
     checkpoint = {"v": 4, "id": "1", "ts": "2026-01-01T00:00:00+00:00", "channel_values": {"msgs": ["m"]},
                   "channel_versions": {"msgs": 1}, "versions_seen": {}, "updated_channels": None}  # fmt: skip
