@@ -42,8 +42,9 @@ KEPT_CHARS = 32 * 1024 * 1024
 # all (about 11 objects the collector walks a line); a thread idle longer keeps its text only.
 # A bound in count alone cannot serve both a server's runs and its idle threads: 8,192 lines made
 # a full collection 2.1-2.7x InMemorySaver's with 2,000 threads of a 5-turn chat kept
-# (collector-after-8192-lines.md), and 64 threads made 256 concurrent runs 0.26x as fast as
-# InMemorySaver (each write parsed its thread again; 0.80x when all were kept).
+# (collector-after-8192-lines.md), and 64 threads (collector-after-64-threads.md) made 256
+# concurrent runs 0.26x as fast as InMemorySaver (each write parsed its thread again; 0.80x when
+# all were kept, 0.78x with this rule). With it: collector-after.md, 0.76x.
 PARSED_SECONDS = 1.0
 PARSED_LINES = 64 * 1024
 
