@@ -322,7 +322,7 @@ class TelarSaver(BaseCheckpointSaver[Version]):  # type: ignore[type-var]  # V i
             configurable.get("checkpoint_ns"), configurable.get("checkpoint_id"), get_checkpoint_id(before) if before else None, filter
         )
         thread_id = thread_and_ns(config)[0] if config is not None else None
-        return self._index.list_steps(thread_id, filter, matches, limit, self._history_steps)
+        return self._index.list_steps(thread_id, filter, matches, limit, self._history_steps, self.codec)
 
     # --- operations on whole threads, written once for the sync and async methods ---
 

@@ -209,11 +209,12 @@ class ThreadIndex:
 
     def list_steps(
         self, thread_id: str | None, filter: dict[str, Any] | None, matches: Callable[[Entry], bool], limit: int | None,
-        history_steps: Callable[[str], Steps[History]],
+        history_steps: Callable[[str], Steps[History]], codec: CheckpointCodec,
     ) -> Stream:
         """`list`: the tuples of the entries that `matches`, newest first, emitted thread by thread,
         at most `limit`: of the thread `thread_id`, or of every thread that may match `filter`
-        (`threads_steps`), each read by `history_steps` (as its readers see it)."""
+        (`threads_steps`), each read by `history_steps` (as its readers see it) and decoded by
+        `codec` (the saver's: a `with_allowlist` clone shares this index, not its codec)."""
         threads = self.threads_steps(filter) if thread_id is None else _one(thread_id)
         reply = None
         while True:  # the threads are emitted by `threads`, whose calls are passed on to the driver
@@ -228,7 +229,7 @@ class ThreadIndex:
             if limit is not None and limit <= 0:
                 return
             for entry in listed((yield from history_steps(step.value)), matches, limit):
-                yield Emit(self.codec.checkpoint_tuple(step.value, entry))
+                yield Emit(codec.checkpoint_tuple(step.value, entry))
                 if limit is not None:
                     limit -= 1
 
