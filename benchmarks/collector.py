@@ -43,7 +43,7 @@ from benchmarks.agent import human
 from benchmarks.checkpoints import thread_config
 from benchmarks.contenders import Lab, open_contenders
 from benchmarks.load import COLLECTOR
-from benchmarks.run import RESULTS, machine, write_results
+from benchmarks.run import RESULTS, results_of, write_results
 from benchmarks.workloads import log
 
 SAVERS = ("InMemorySaver", "Telar/memory", "Telar/file")
@@ -232,16 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             found[name] = one_process(name, args.threads, args.turns)
         runs.append(with_ratios(found))
         orders.append(order)
-    lab = Lab.create()
-    try:
-        about = machine(list(SAVERS), lab)
-    finally:
-        lab.cleanup()
     results = {
-        "command": command,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(began)),
-        "seconds": time.time() - began,
-        "machine": about,
+        **results_of(command, began, list(SAVERS)),
         "settings": {"threads": args.threads, "turns": args.turns, "runs": args.runs, "collections": COLLECTIONS,
                      "read_seconds": READ_SECONDS},  # fmt: skip
         "orders": orders,

@@ -30,7 +30,7 @@ from langchain_core.messages import AIMessage
 
 from benchmarks.checkpoints import Chain, sample_messages, thread_config
 from benchmarks.contenders import Lab, open_contenders
-from benchmarks.run import RESULTS, machine, write_results
+from benchmarks.run import RESULTS, results_of, write_results
 from benchmarks.workloads import log, rotated, timed
 
 SAVERS = ("InMemorySaver", "SqliteSaver", "Telar/memory", "Telar/file")
@@ -146,16 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         found["per_s"] = per_second(found)
         found["ratios"] = ratios(found["per_s"])
         runs.append(found)
-    lab = Lab.create()
-    try:
-        about = machine(list(SAVERS), lab)
-    finally:
-        lab.cleanup()
     results = {
-        "command": command,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(began)),
-        "seconds": time.time() - began,
-        "machine": about,
+        **results_of(command, began, list(SAVERS)),
         "settings": {"runs": args.runs, "rounds": args.rounds, "messages": MESSAGES},
         "runs": runs,
         "medians": medians(runs),

@@ -45,6 +45,22 @@ PACKAGES = (
 )  # fmt: skip
 
 
+def results_of(command: str, began: float, savers: list[str]) -> dict[str, Any]:
+    """The head of a benchmark's results: its command, when it began, how long it took, and the
+    machine (`machine`, with the servers of `savers`)."""
+    lab = Lab.create()
+    try:
+        about = machine(savers, lab)
+    finally:
+        lab.cleanup()
+    return {
+        "command": command,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(began)),
+        "seconds": time.time() - began,
+        "machine": about,
+    }
+
+
 def write_results(out: Path, stem: str, results: dict[str, Any], table: str) -> None:
     """Write a benchmark's `results` (`stem`.json) and its `table` (`stem`.md) to `out`, and print the table."""
     out.mkdir(parents=True, exist_ok=True)
