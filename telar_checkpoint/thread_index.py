@@ -86,10 +86,8 @@ def _term(key: str, value: Any) -> str | None:
 def metadata_terms(metadata: Mapping[str, Any]) -> set[str]:
     """The terms of one checkpoint's metadata: its run id and each plain value."""
     terms = set()
-    for key, value in metadata.items():  # (`metadata_term`, written out: every put asks)
-        if key in UNINDEXED_KEYS:
-            continue
-        if (term := _plain_term(key, value) if type(value) in _PLAIN else _term(key, value)) is not None:
+    for key, value in metadata.items():
+        if (term := metadata_term(key, value)) is not None:
             terms.add(term)
     run_id = metadata.get("run_id")
     if isinstance(run_id, str):
