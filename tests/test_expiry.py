@@ -315,7 +315,9 @@ def test_async_runs_expire_and_asweep_reclaims(astore: Store, clock: Clock) -> N
         saver = TelarSaver(astore, ttl={"default_ttl": 60}, clock=clock)
         graph = in_a_row(a=lambda s: {"log": ["a"]}, b=lambda s: {"log": ["b"]}).compile(checkpointer=saver)
         await asyncio.gather(*(graph.ainvoke({"log": []}, config(f"t{i}")) for i in range(4)))
+        assert not await saver.ais_expired("t0")
         clock.advance(61)
+        assert await saver.ais_expired("t0") and saver.is_expired("t1")
         assert await saver.aget_tuple(config("t0")) is None
         assert [t async for t in saver.alist(None)] == []
         report = await saver.asweep()
