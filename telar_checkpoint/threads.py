@@ -157,20 +157,21 @@ class ThreadRecords:
         self._count(thread_id, self._record(thread_id), kept)
         idle = self.clock() - self.parsed_seconds
         while len(self._parsed) > 1 and (self._lines > self.parsed_lines or next(iter(self._parsed.values())) < idle):
-            oldest = next(iter(self._parsed))
-            old = self._records[oldest].kept
-            assert old is not None and old.history is not None
-            latest, text = old.history.latest_alone(), self._joined(old)
-            lighter = Kept(old.version, None, text, latest=latest) if text is not None or latest else None
-            self._count(oldest, self._records[oldest], lighter)
+            self._lighten(next(iter(self._parsed)), keep_text=True)
         while self._chars > self.chars and len(self._texts) > 1:
-            oldest = next(iter(self._texts))
-            old = self._records[oldest].kept
-            assert old is not None
-            latest = old.latest if old.history is None else old.history.latest_alone()
-            self._count(oldest, self._records[oldest], Kept(old.version, None, None, latest=latest) if latest else None)
+            self._lighten(next(iter(self._texts)), keep_text=False)
         while self._chars > self.chars and len(self._records) > 1:
             self._drop(*self._records.popitem(last=False))
+
+    def _lighten(self, thread_id: str, keep_text: bool) -> None:
+        """Keep the thread's string in a lighter form: without its history, with its text (when
+        known and `keep_text`) and its latest checkpoint alone; nothing when neither is left."""
+        record = self._records[thread_id]
+        old = record.kept
+        assert old is not None
+        latest = old.history.latest_alone() if old.history is not None else old.latest
+        text = self._joined(old) if keep_text else None
+        self._count(thread_id, record, Kept(old.version, None, text, latest=latest) if text is not None or latest else None)
 
     def forget(self, thread_id: str) -> None:
         """Forget all that is known of the thread (deleted, or rewritten whole)."""
